@@ -1,0 +1,358 @@
+"""Build the book: execute chapters with papermill (content-hash cache), then Jupyter Book.
+
+Algorithm
+1. Read ``_toc.yml``. A toc entry ``book/<part>/<name>`` whose source
+   ``notebooks/<part>/<name>.ipynb`` exists is a *chapter*; other entries are
+   hand-written pages.
+2. For each chapter compute a cache key: sha256 over the notebook source, the
+   parameters passed to it, every input file it declares (notebook metadata
+   ``polyvox.inputs``: globs relative to the repo root) and polyvox's own source.
+   If ``_build/.polyvox/executed/<part>/<name>.ipynb`` exists with that key, the
+   chapter is not executed.
+3. Otherwise execute it with papermill (cwd = repo root, so chapters read
+   ``data/`` by relative path). A failing chapter is reported as one line
+   (notebook, cell, error); its partial output goes to ``_build/.polyvox/failed``
+   and the other chapters go on.
+4. Render: copy each executed notebook to ``book/<part>/<name>.ipynb`` with the
+   injected-parameters cell removed from the HTML (tag ``remove-cell``), the
+   parameters cell collapsed, and a dated banner for each correction in
+   ``data/corrections.yml`` naming the chapter. Rendering is cheap and never
+   re-executes, so a new correction shows without recomputing anything. Files
+   are rewritten only when their bytes change, so Sphinx's incremental build
+   stays incremental.
+5. Write ``book/corrections.md`` and run ``jupyter-book build`` with execution
+   off (``_config.yml``).
+
+Departure from Jupyter Book's own cache: jupyter-cache keys on notebook source
+only; here the data a chapter reads and the library code are part of the key.
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+import yaml
+
+CACHE_DIR = Path("_build/.polyvox")
+
+
+class BookError(RuntimeError):
+    pass
+
+
+def find_root(start: os.PathLike | str | None = None) -> Path:
+    """The repository root: the nearest folder above start holding _toc.yml and _config.yml."""
+    here = Path(start or os.getcwd()).resolve()
+    for p in (here, *here.parents):
+        if (p / "_toc.yml").exists() and (p / "_config.yml").exists():
+            return p
+    raise BookError(f"no _toc.yml/_config.yml found at or above {here}")
+
+
+def _toc_files(node) -> list[str]:
+    out = []
+    if isinstance(node, dict):
+        for key in ("root", "file"):
+            if key in node:
+                out.append(str(node[key]))
+        for key in ("parts", "chapters", "sections"):
+            for child in node.get(key, []) or []:
+                out.extend(_toc_files(child))
+    elif isinstance(node, list):
+        for child in node:
+            out.extend(_toc_files(child))
+    return out
+
+
+@dataclass
+class Chapter:
+    name: str  # e.g. "panel/accuracy"
+    source: Path  # notebooks/panel/accuracy.ipynb
+    target: Path  # book/panel/accuracy.ipynb
+    toc_entry: str  # book/panel/accuracy
+
+
+def chapters(root: Path) -> list[Chapter]:
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    found = []
+    for entry in _toc_files(toc):
+        entry = entry.removesuffix(".ipynb").removesuffix(".md")
+        if not entry.startswith("book/"):
+            continue
+        name = entry[len("book/"):]
+        src = root / "notebooks" / f"{name}.ipynb"
+        if src.exists():
+            found.append(Chapter(name, src, root / f"{entry}.ipynb", entry))
+    return found
+
+
+def resolve_chapter(root: Path, name_or_path: str) -> Chapter:
+    """A chapter by name ("panel/accuracy"), toc entry or notebook path."""
+    key = str(name_or_path).removesuffix(".ipynb")
+    for ch in chapters(root):
+        if key in (ch.name, ch.toc_entry, str(ch.source.relative_to(root)).removesuffix(".ipynb"),
+                   str(ch.source).removesuffix(".ipynb")):
+            return ch
+    p = Path(name_or_path)
+    if p.suffix == ".ipynb" and p.exists():
+        p = p.resolve()
+        rel = p.relative_to(root / "notebooks") if (root / "notebooks") in p.parents else Path(p.name)
+        name = str(rel).removesuffix(".ipynb")
+        return Chapter(name, p, root / "book" / rel, f"book/{name}")
+    names = ", ".join(c.name for c in chapters(root))
+    raise BookError(f"unknown chapter {name_or_path!r}; chapters: {names}")
+
+
+def declared_inputs(root: Path, nb: nbformat.NotebookNode) -> list[Path]:
+    globs = nb.metadata.get("polyvox", {}).get("inputs", [])
+    files: set[Path] = set()
+    for pattern in globs:
+        for match in glob.glob(str(root / pattern), recursive=True):
+            m = Path(match)
+            if m.is_file():
+                files.add(m)
+            elif m.is_dir():
+                files.update(x for x in m.rglob("*") if x.is_file())
+    return sorted(files)
+
+
+def _library_hash(root: Path) -> str:
+    h = hashlib.sha256()
+    lib = Path(__file__).resolve().parent
+    for f in sorted(lib.rglob("*.py")):
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def cache_key(root: Path, chapter: Chapter, params: dict, library_hash: str | None = None) -> str:
+    nb_bytes = chapter.source.read_bytes()
+    nb = nbformat.reads(nb_bytes.decode(), as_version=4)
+    h = hashlib.sha256()
+    h.update(b"notebook\0" + nb_bytes)
+    h.update(b"params\0" + json.dumps(params, sort_keys=True, default=str).encode())
+    for f in declared_inputs(root, nb):
+        h.update(b"input\0" + str(f.relative_to(root)).encode() + b"\0")
+        h.update(hashlib.sha256(f.read_bytes()).digest())
+    h.update(b"library\0" + (library_hash or _library_hash(root)).encode())
+    return h.hexdigest()
+
+
+def load_params_file(path: os.PathLike | str | None) -> dict:
+    """YAML mapping: {chapter name: {param: value}}, with optional key 'all' applied to every chapter."""
+    if not path:
+        return {}
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise BookError(f"{path}: expected a mapping of chapter name -> {{parameter: value}}")
+    return data
+
+
+def params_for(chapter: Chapter, params_file: dict) -> dict:
+    out = dict(params_file.get("all", {}))
+    out.update(params_file.get(chapter.name, {}))
+    return out
+
+
+@dataclass
+class ExecutionFailure:
+    chapter: str
+    message: str
+
+
+def execute(chapter: Chapter, params: dict, output: Path, root: Path) -> None:
+    """Run one notebook with papermill into output; raise BookError with notebook/cell/error on failure."""
+    import papermill as pm
+
+    output.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        pm.execute_notebook(
+            str(chapter.source), str(output), parameters=params, cwd=str(root),
+            kernel_name="python3", progress_bar=False, log_output=False, request_save_on_cell_execute=False,
+        )
+    except pm.PapermillExecutionError as exc:
+        evalue = str(exc.evalue).strip().splitlines()[-1] if str(exc.evalue).strip() else ""
+        raise BookError(
+            f"{chapter.source.relative_to(root) if chapter.source.is_relative_to(root) else chapter.source}: "
+            f"cell {exc.cell_index} (execution count {exc.exec_count}) raised {exc.ename}: {evalue}"
+        ) from None
+
+
+def load_corrections(root: Path) -> list[dict]:
+    path = root / "data" / "corrections.yml"
+    if not path.exists():
+        return []
+    items = yaml.safe_load(path.read_text()) or []
+    required = ("date", "chapters", "claimed", "stands", "source")
+    for i, item in enumerate(items):
+        missing = [k for k in required if k not in item]
+        if missing:
+            raise BookError(f"{path}: entry {i + 1} is missing {', '.join(missing)}")
+        item["date"] = str(item["date"])
+    return items
+
+
+def banner_markdown(corrections: list[dict]) -> str:
+    parts = []
+    for c in corrections:
+        parts.append(
+            f"```{{admonition}} Correction of {c['date']}\n:class: warning\n"
+            f"**Claimed earlier:** {c['claimed'].strip()}\n\n**What stands:** {c['stands'].strip()}\n\n"
+            f"Source: {c['source']}. All corrections: {{doc}}`/book/corrections`.\n```"
+        )
+    return "\n\n".join(parts)
+
+
+def render(executed: Path, target: Path, corrections: list[dict]) -> bool:
+    """Write the book copy of an executed notebook; return True if the file changed."""
+    nb = nbformat.read(str(executed), as_version=4)
+    for cell in nb.cells:
+        tags = cell.metadata.setdefault("tags", [])
+        if "injected-parameters" in tags and "remove-cell" not in tags:
+            tags.append("remove-cell")
+        elif "parameters" in tags and "hide-cell" not in tags:
+            tags.append("hide-cell")
+    if corrections:
+        banner = nbformat.v4.new_markdown_cell(banner_markdown(corrections))
+        banner.metadata["tags"] = ["polyvox-corrections"]
+        nb.cells.insert(1 if nb.cells and nb.cells[0].cell_type == "markdown" else 0, banner)
+    text = nbformat.writes(nb)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.exists() and target.read_text() == text:
+        return False
+    target.write_text(text)
+    return True
+
+
+def corrections_page(corrections: list[dict]) -> str:
+    lines = ["# Corrections", "",
+             "Dated corrections to claims in the studies this book reproduces, read from",
+             "`data/corrections.yml`. Each also appears as a banner at the top of the chapters it",
+             "concerns. The numbers in the chapters are recomputed from records; these entries",
+             "record how their *readings* changed.", ""]
+    for c in sorted(corrections, key=lambda c: c["date"], reverse=True):
+        where = ", ".join(f"{{doc}}`/{ch}`" for ch in c["chapters"]) or "no chapter (not used in this book)"
+        lines += [f"## {c['date']} — {c.get('study', '')}".rstrip(" —"), "",
+                  f"- **Claimed earlier:** {c['claimed'].strip()}",
+                  f"- **What stands:** {c['stands'].strip()}",
+                  f"- **Chapters:** {where}",
+                  f"- **Source:** {c['source']}", ""]
+    return "\n".join(lines)
+
+
+@dataclass
+class BuildReport:
+    executed: list[str] = field(default_factory=list)
+    cached: list[str] = field(default_factory=list)
+    failures: list[ExecutionFailure] = field(default_factory=list)
+    html: Path | None = None
+    seconds: float = 0.0
+
+
+def build(root: os.PathLike | str | None = None, only: str | None = None, force: bool = False,
+          params_file: os.PathLike | str | None = None, html: bool = True, progress: bool = True) -> BuildReport:
+    from tqdm.auto import tqdm
+
+    t0 = time.perf_counter()
+    root = find_root(root)
+    overrides = load_params_file(params_file)
+    corrections = load_corrections(root)
+    all_chapters = chapters(root)
+    todo = [resolve_chapter(root, only)] if only else all_chapters
+    report = BuildReport()
+    lib_hash = _library_hash(root)
+    bar = tqdm(todo, desc="chapters", unit="nb", disable=not progress)
+    for ch in bar:
+        bar.set_postfix_str(ch.name)
+        params = params_for(ch, overrides)
+        key = cache_key(root, ch, params, lib_hash)
+        executed = root / CACHE_DIR / "executed" / f"{ch.name}.ipynb"
+        key_file = executed.with_suffix(".key")
+        if not force and executed.exists() and key_file.exists() and key_file.read_text() == key:
+            report.cached.append(ch.name)
+        else:
+            tmp = root / CACHE_DIR / "running" / f"{ch.name}.ipynb"
+            try:
+                execute(ch, params, tmp, root)
+            except BookError as exc:
+                failed = root / CACHE_DIR / "failed" / f"{ch.name}.ipynb"
+                failed.parent.mkdir(parents=True, exist_ok=True)
+                if tmp.exists():
+                    shutil.move(str(tmp), failed)
+                report.failures.append(ExecutionFailure(ch.name, str(exc)))
+                continue
+            executed.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp, executed)
+            key_file.write_text(key)
+            report.executed.append(ch.name)
+        mine = [c for c in corrections if ch.toc_entry in c["chapters"]]
+        render(executed, ch.target, mine)
+    page = root / "book" / "corrections.md"
+    text = corrections_page(corrections)
+    if not page.exists() or page.read_text() != text:
+        page.write_text(text)
+    if html and not report.failures:
+        missing = [c.name for c in all_chapters if not c.target.exists()]
+        if missing:
+            raise BookError(f"cannot build HTML: chapters never executed: {', '.join(missing)}")
+        report.html = run_jupyter_book(root)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def run_jupyter_book(root: Path) -> Path:
+    exe = Path(sys.executable).parent / "jupyter-book"
+    cmd = [str(exe) if exe.exists() else "jupyter-book", "build", str(root), "--quiet"]
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
+        raise BookError(f"jupyter-book build failed (exit {proc.returncode}):\n{tail}")
+    return root / "_build" / "html"
+
+
+def run_chapter(name_or_path: str, params: dict, out: os.PathLike | str | None = None,
+                root: os.PathLike | str | None = None) -> Path:
+    """Execute one chapter with parameters into a run folder (executed notebook + manifest.json)."""
+    import papermill as pm
+
+    from .records import now_iso, sha256_file, write_manifest
+
+    root = find_root(root)
+    ch = resolve_chapter(root, name_or_path)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = Path(out) if out else root / "runs" / f"{ch.name.replace('/', '-')}-{stamp}"
+    out = out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    declared = pm.inspect_notebook(str(ch.source))
+    unknown = sorted(set(params) - set(declared))
+    if unknown:
+        raise BookError(f"{ch.source.name}: unknown parameter(s) {', '.join(unknown)}; "
+                        f"parameters: {', '.join(declared)}")
+    params = dict(params)
+    if "run_dir" in declared and "run_dir" not in params:
+        params["run_dir"] = str(out)
+    started = now_iso()
+    executed = out / ch.source.name
+    write_manifest(out, chapter=ch.name, notebook=str(ch.source.relative_to(root)),
+                   notebook_sha256=sha256_file(ch.source), parameters=params, started=started,
+                   status="running")
+    try:
+        execute(ch, params, executed, root)
+    except BookError:
+        write_manifest(out, chapter=ch.name, notebook=str(ch.source.relative_to(root)),
+                       notebook_sha256=sha256_file(ch.source), parameters=params, started=started,
+                       finished=now_iso(), status="failed")
+        raise
+    write_manifest(out, chapter=ch.name, notebook=str(ch.source.relative_to(root)),
+                   notebook_sha256=sha256_file(ch.source), parameters=params, started=started,
+                   finished=now_iso(), status="ok")
+    return out

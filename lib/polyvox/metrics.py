@@ -1,0 +1,150 @@
+"""Metrics on per-problem counts: pass@k, intervals, bands, paired comparisons.
+
+pass@k is the unbiased estimator of Chen et al. (2021, "Evaluating Large
+Language Models Trained on Code"): with n samples of which c are correct,
+
+    pass@k = 1 - C(n - c, k) / C(n, k) = 1 - prod_{i = n-c+1}^{n} (1 - k / i),
+
+computed in the product form, which never forms a large binomial coefficient.
+It is vectorised over numpy arrays: the product runs over at most max(c)
+factors, each one a whole-array operation, so 10^6 (n, c) pairs cost a few
+dozen array passes rather than a Python loop per pair.
+
+Everything else here works on *prompts* as the unit: a bootstrap resamples
+problems (the samples of one problem are not independent), and paired
+statistics compare two systems problem by problem, as the published crossover
+tables do (mean difference, its standard error with ddof=1, and t = mean/se).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+BANDS = ("all_zero", "variance_band", "all_one")
+
+
+def pass_at_k(n, c, k):
+    """Unbiased pass@k for n samples with c correct (scalars or arrays).
+
+    Raises ValueError when any n < k, when c is outside [0, n], or k < 1.
+    Returns a float for scalar input, else a float array of the broadcast shape.
+    """
+    n_arr, c_arr, k_arr = np.broadcast_arrays(
+        np.asarray(n, dtype=np.int64), np.asarray(c, dtype=np.int64), np.asarray(k, dtype=np.int64)
+    )
+    if np.any(k_arr < 1):
+        raise ValueError("pass_at_k: k must be >= 1")
+    if np.any(n_arr < k_arr):
+        bad = np.argwhere(n_arr < k_arr)[0]
+        raise ValueError(
+            f"pass_at_k: n < k (n={int(n_arr[tuple(bad)])}, k={int(k_arr[tuple(bad)])}); "
+            "the estimator needs at least k samples"
+        )
+    if np.any((c_arr < 0) | (c_arr > n_arr)):
+        raise ValueError("pass_at_k: c must satisfy 0 <= c <= n")
+    k_f = k_arr.astype(np.float64)
+    # Probability that k draws without replacement are all wrong, as a running
+    # product over the c correct samples: prod_{j=0}^{c-1} (1 - k/(n-c+1+j)).
+    # Where n - c < k every k-subset holds a correct sample: pass@k = 1.
+    all_wrong = np.ones(n_arr.shape, dtype=np.float64)
+    first = (n_arr - c_arr + 1).astype(np.float64)
+    max_c = int(c_arr.max()) if c_arr.size else 0
+    for j in range(max_c):
+        active = c_arr > j
+        all_wrong = np.where(active, all_wrong * (1.0 - k_f / (first + j)), all_wrong)
+    result = np.where(n_arr - c_arr < k_arr, 1.0, 1.0 - all_wrong)
+    return float(result) if result.ndim == 0 else result
+
+
+def pass_at_k_curve(n: Sequence[int], c: Sequence[int], ks: Sequence[int]) -> np.ndarray:
+    """Mean pass@k over problems for each k in ks (problems with n < k raise)."""
+    n_a, c_a = np.asarray(n), np.asarray(c)
+    return np.array([float(np.mean(pass_at_k(n_a, c_a, k))) for k in ks])
+
+
+def wilson_interval(successes, n, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion (successes out of n)."""
+    if n <= 0:
+        raise ValueError("wilson_interval: n must be positive")
+    if not 0 <= successes <= n:
+        raise ValueError("wilson_interval: need 0 <= successes <= n")
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (centre - half, centre + half)
+
+
+def bootstrap_ci(
+    per_prompt: Sequence,
+    statistic: Callable[[np.ndarray], float] = np.mean,
+    n_boot: int = 2000,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """Percentile bootstrap over prompts: (point estimate, low, high).
+
+    per_prompt holds one entry per prompt (a number, or a row of numbers such as
+    a prompt's per-sample scores); resampling draws whole prompts with
+    replacement, so within-prompt correlation is kept.
+    """
+    data = np.asarray(per_prompt, dtype=np.float64)
+    if len(data) == 0:
+        raise ValueError("bootstrap_ci: no prompts")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(data), size=(n_boot, len(data)))
+    stats = np.array([statistic(data[row]) for row in idx])
+    lo, hi = np.quantile(stats, [alpha / 2, 1 - alpha / 2])
+    return float(statistic(data)), float(lo), float(hi)
+
+
+def variance_band(n_correct, n: int):
+    """Classify problems by their G = n samples: all_zero, variance_band or all_one.
+
+    Works on a scalar (returns a str) or an array (returns an array of str).
+    """
+    c = np.asarray(n_correct)
+    if np.any((c < 0) | (c > n)):
+        raise ValueError(f"variance_band: n_correct must lie in [0, {n}]")
+    out = np.where(c == 0, "all_zero", np.where(c == n, "all_one", "variance_band"))
+    return str(out) if out.ndim == 0 else out
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    n: int
+    mean: float
+    se: float
+    t: float
+
+
+def paired_difference(a: Sequence[float], b: Sequence[float]) -> PairedDifference:
+    """Per-problem differences a - b: mean, standard error (ddof=1) and t = mean / se.
+
+    This is the statistic of the published pass@k crossover tables (delta_mean,
+    delta_se, t). The t is descriptive: per-problem pass@k values are not
+    Gaussian and the problems were not drawn at random from a population.
+    """
+    d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    if len(d) < 2:
+        raise ValueError("paired_difference: need at least two pairs")
+    se = float(np.std(d, ddof=1) / math.sqrt(len(d)))
+    mean = float(np.mean(d))
+    return PairedDifference(len(d), mean, se, mean / se if se > 0 else float("nan"))
+
+
+def passk_crossover_table(n_a, c_a, n_b, c_b, ks: Sequence[int]) -> list[dict]:
+    """Rows of (k, pass@k for a and b, paired difference) as in the published tables."""
+    rows = []
+    for k in ks:
+        pa = pass_at_k(np.asarray(n_a), np.asarray(c_a), k)
+        pb = pass_at_k(np.asarray(n_b), np.asarray(c_b), k)
+        d = paired_difference(pa, pb)
+        rows.append(
+            {"k": k, "n_paired": d.n, "a_pass_at_k": float(np.mean(pa)), "b_pass_at_k": float(np.mean(pb)),
+             "delta_mean": d.mean, "delta_se": d.se, "t": d.t}
+        )
+    return rows

@@ -1,0 +1,257 @@
+"""Records on disk: dataclasses, validated JSONL, manifests, resume keys.
+
+Every expensive step in polyvox appends one JSON object per line to a
+``*.jsonl`` file and writes a ``manifest.json`` beside it. Reading validates
+each line against a dataclass: a malformed line, a missing field or a field of
+the wrong type raises :class:`RecordError` naming the file and the 1-based line
+number, so a bad record is found where it is, not three steps later.
+
+Appends are line-atomic in practice (one ``write`` of a complete line, then
+flush + fsync); a run killed mid-write can leave at most one truncated last
+line, which :func:`read_jsonl` with ``tolerate_truncated_tail=True`` drops (and
+the resumed run rewrites), so nothing is lost and nothing is duplicated.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import hashlib
+import json
+import os
+import platform
+import sys
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Type, TypeVar
+
+T = TypeVar("T")
+
+
+class RecordError(ValueError):
+    """A record that cannot be read; the message names file and line."""
+
+    def __init__(self, path: os.PathLike | str, line: int | None, message: str):
+        self.path, self.line = str(path), line
+        where = f"{path}:{line}" if line is not None else str(path)
+        super().__init__(f"{where}: {message}")
+
+
+@dataclass
+class Problem:
+    id: str
+    text: str
+    gold: str
+    metadata: dict = field(default_factory=dict)
+
+
+@dataclass
+class Sample:
+    """One completion for one prompt; the key (problem_id, sample_index) is unique in a run."""
+
+    problem_id: str
+    sample_index: int
+    prompt_hash: str
+    completion: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str  # "stop" | "length" | ...
+    latency_s: float
+    metadata: dict = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.problem_id, self.sample_index)
+
+
+@dataclass
+class GradedSample(Sample):
+    correct: bool = False
+    extracted: str | None = None
+    grade_status: str = "ok"  # ok | ungradable | timeout
+
+
+@dataclass
+class Verdict:
+    """A pairwise judgement of two systems on one prompt (both A/B orders folded)."""
+
+    prompt_id: str
+    system_a: str
+    system_b: str
+    outcome: str  # "W" | "L" | "T" from system_a's side
+    detail: dict = field(default_factory=dict)
+
+
+def _type_ok(value: Any, annotation: Any) -> bool:
+    origin = typing.get_origin(annotation)
+    if annotation is Any:
+        return True
+    if origin is typing.Union or (origin is not None and str(origin) == "<class 'types.UnionType'>"):
+        return any(_type_ok(value, a) for a in typing.get_args(annotation))
+    if annotation is type(None):
+        return value is None
+    if origin in (list, tuple):
+        return isinstance(value, (list, tuple))
+    if origin is dict:
+        return isinstance(value, dict)
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(annotation, type):
+        return isinstance(value, annotation)
+    return True
+
+
+def from_dict(cls: Type[T], obj: Any, path: os.PathLike | str = "<memory>", line: int | None = None) -> T:
+    """Build a dataclass from a dict, checking required fields and their types."""
+    if not isinstance(obj, dict):
+        raise RecordError(path, line, f"expected a JSON object, got {type(obj).__name__}")
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in obj:
+            if not _type_ok(obj[f.name], hints[f.name]):
+                raise RecordError(
+                    path, line, f"field {f.name!r} should be {hints[f.name]}, got {type(obj[f.name]).__name__}"
+                )
+            kwargs[f.name] = obj[f.name]
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise RecordError(path, line, f"missing field {f.name!r} for {cls.__name__}")
+    return cls(**kwargs)
+
+
+def iter_jsonl(path: os.PathLike | str, tolerate_truncated_tail: bool = False) -> Iterator[tuple[int, Any]]:
+    """Yield (line_number, object) for each non-blank line; bad JSON raises RecordError."""
+    path = Path(path)
+    if not path.exists():
+        raise RecordError(path, None, "file not found")
+    with path.open("r", encoding="utf-8") as fh:
+        lines = fh.read().split("\n")
+    # A file written by append_jsonl ends in "\n"; a final fragment without it
+    # is a write cut off by a crash.
+    last = len(lines) - 1
+    for i, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        try:
+            yield i, json.loads(text)
+        except json.JSONDecodeError as exc:
+            if tolerate_truncated_tail and i - 1 == last:
+                return
+            raise RecordError(path, i, f"malformed JSON ({exc.msg} at column {exc.colno})") from None
+
+
+def read_jsonl(path: os.PathLike | str, cls: Type[T] | None = None, tolerate_truncated_tail: bool = False) -> list:
+    """Read a JSONL file; with cls, validate each line into that dataclass."""
+    out = []
+    for line, obj in iter_jsonl(path, tolerate_truncated_tail):
+        out.append(from_dict(cls, obj, path, line) if cls is not None else obj)
+    return out
+
+
+def to_dict(record: Any) -> dict:
+    return dataclasses.asdict(record) if dataclasses.is_dataclass(record) else dict(record)
+
+
+def append_jsonl(path: os.PathLike | str, records: Iterable[Any]) -> int:
+    """Append records (dataclasses or dicts), one line each, flushed to disk. Returns the count."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with path.open("a", encoding="utf-8") as fh:
+        for r in records:
+            fh.write(json.dumps(to_dict(r), ensure_ascii=False) + "\n")
+            n += 1
+        fh.flush()
+        os.fsync(fh.fileno())
+    return n
+
+
+def repair_truncated_tail(path: os.PathLike | str) -> bool:
+    """Drop a final line cut off by a crash (no trailing newline). Returns True if it cut one."""
+    path = Path(path)
+    if not path.exists() or path.stat().st_size == 0:
+        return False
+    data = path.read_bytes()
+    if data.endswith(b"\n"):
+        return False
+    keep = data[: data.rfind(b"\n") + 1]
+    path.write_bytes(keep)
+    return True
+
+
+def sha256_file(path: os.PathLike | str, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def sha256_tree(path: os.PathLike | str) -> str:
+    """Hash of a file, or of a folder's files (relative names and contents, sorted)."""
+    p = Path(path)
+    if p.is_file():
+        return sha256_file(p)
+    h = hashlib.sha256()
+    for f in sorted(x for x in p.rglob("*") if x.is_file()):
+        h.update(str(f.relative_to(p)).encode())
+        h.update(sha256_file(f).encode())
+    return h.hexdigest()
+
+
+_SECRET_HINTS = ("key", "token", "secret", "password", "authorization")
+
+
+def scrub(params: dict) -> dict:
+    """Copy of params with secret-looking values replaced (manifests never hold secrets)."""
+    clean = {}
+    for k, v in params.items():
+        if isinstance(v, dict):
+            clean[k] = scrub(v)
+        elif any(h in k.lower() for h in _SECRET_HINTS) and not k.lower().endswith("_env"):
+            clean[k] = "<redacted>"
+        else:
+            clean[k] = v
+    return clean
+
+
+def library_versions() -> dict:
+    from importlib import metadata
+
+    out = {"python": sys.version.split()[0], "platform": platform.platform()}
+    for name in ("polyvox", "torch", "transformers", "peft", "trl", "vllm", "math-verify",
+                 "sentence-transformers", "papermill", "numpy"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def write_manifest(folder: os.PathLike | str, **fields: Any) -> Path:
+    """Write folder/manifest.json with the given fields plus versions; secrets scrubbed."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    data = scrub(dict(fields))
+    data.setdefault("versions", library_versions())
+    path = folder / "manifest.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_json(path: os.PathLike | str) -> Any:
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RecordError(path, None, "file not found") from None
+    except json.JSONDecodeError as exc:
+        raise RecordError(path, exc.lineno, f"malformed JSON ({exc.msg})") from None
