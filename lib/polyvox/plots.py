@@ -1,11 +1,8 @@
 """One figure style for the whole book, and the few plot shapes the chapters share."""
 from __future__ import annotations
 
-import matplotlib
-
-matplotlib.use("Agg")  # chapters run headless under papermill
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
 # system -> colour, fixed across chapters so a reader learns them once
 COLOURS = {"panel": "#c2410c", "thinking": "#1d4ed8", "tiny-panel": "#c2410c", "tiny-think": "#1d4ed8",
