@@ -7,8 +7,9 @@ Language Models Trained on Code"): with n samples of which c are correct,
 
 computed in the product form, which never forms a large binomial coefficient.
 It is vectorised over numpy arrays: the product runs over at most max(c)
-factors, each one a whole-array operation, so 10^6 (n, c) pairs cost a few
-dozen array passes rather than a Python loop per pair.
+factors, each one a whole-array operation. Large inputs with one k are first
+reduced to their distinct (n, c) pairs (a bincount over n*(max_n+1)+c, no
+sort), so 10^6 pairs cost a few array passes whatever max(c) is.
 
 Everything else here works on *prompts* as the unit: a bootstrap resamples
 problems (the samples of one problem are not independent), and paired
@@ -45,18 +46,29 @@ def pass_at_k(n, c, k):
         )
     if np.any((c_arr < 0) | (c_arr > n_arr)):
         raise ValueError("pass_at_k: c must satisfy 0 <= c <= n")
-    k_f = k_arr.astype(np.float64)
-    # Probability that k draws without replacement are all wrong, as a running
-    # product over the c correct samples: prod_{j=0}^{c-1} (1 - k/(n-c+1+j)).
-    # Where n - c < k every k-subset holds a correct sample: pass@k = 1.
-    all_wrong = np.ones(n_arr.shape, dtype=np.float64)
-    first = (n_arr - c_arr + 1).astype(np.float64)
-    max_c = int(c_arr.max()) if c_arr.size else 0
-    for j in range(max_c):
-        active = c_arr > j
-        all_wrong = np.where(active, all_wrong * (1.0 - k_f / (first + j)), all_wrong)
-    result = np.where(n_arr - c_arr < k_arr, 1.0, 1.0 - all_wrong)
+    # Many (n, c) pairs repeat (n is a handful of sample counts): with one k and a
+    # small n range, compute each distinct pair once and gather, an O(N) path.
+    max_n = int(n_arr.max()) if n_arr.size else 0
+    if n_arr.size > 4096 and np.all(k_arr == k_arr.flat[0]) and (max_n + 1) ** 2 <= 4_000_000:
+        key = (n_arr * (max_n + 1) + c_arr).ravel()
+        distinct = np.flatnonzero(np.bincount(key, minlength=(max_n + 1) ** 2))
+        table = np.zeros((max_n + 1) ** 2)
+        table[distinct] = _pass_at_k_product(distinct // (max_n + 1), distinct % (max_n + 1), int(k_arr.flat[0]))
+        result = table[key].reshape(n_arr.shape)
+    else:
+        result = _pass_at_k_product(n_arr, c_arr, k_arr)
     return float(result) if result.ndim == 0 else result
+
+
+def _pass_at_k_product(n, c, k):
+    """1 - prod_{j=0}^{c-1} (1 - k/(n-c+1+j)) elementwise; 1 where n - c < k (every k-subset hits)."""
+    k_f = np.asarray(k, dtype=np.float64)
+    all_wrong = np.ones(np.broadcast(n, c, k).shape, dtype=np.float64)
+    first = (n - c + 1).astype(np.float64)
+    for j in range(int(c.max()) if c.size else 0):
+        # the running product over the c correct samples, only where j < c
+        all_wrong = np.where(c > j, all_wrong * (1.0 - k_f / (first + j)), all_wrong)
+    return np.where(n - c < k, 1.0, 1.0 - all_wrong)
 
 
 def pass_at_k_curve(n: Sequence[int], c: Sequence[int], ks: Sequence[int]) -> np.ndarray:

@@ -1,0 +1,152 @@
+"""The book pipeline for real: papermill executes every chapter, Jupyter Book builds the HTML.
+
+One session fixture copies the book sources into a temporary folder and builds the
+whole book there (every chapter through papermill = the chapters' smoke test); the
+other tests look at what it produced, then change inputs and rebuild.
+"""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+from polyvox import book
+
+pytestmark = pytest.mark.slow
+
+
+def copy_book(root: Path, dest: Path) -> Path:
+    for name in ("_config.yml", "_toc.yml"):
+        shutil.copy(root / name, dest / name)
+    for name in ("notebooks", "data"):
+        shutil.copytree(root / name, dest / name)
+    shutil.copytree(root / "book", dest / "book", ignore=shutil.ignore_patterns("*.ipynb", "corrections.md"))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def built(root, tmp_path_factory):
+    dest = copy_book(root, tmp_path_factory.mktemp("book"))
+    params = dest / "params.yaml"
+    params.write_text(yaml.safe_dump({"all": {"data_dir": "data"}}))
+    report = book.build(dest, params_file=params, progress=False)
+    return dest, report, params
+
+
+def test_every_chapter_executes_without_error(built, root):
+    dest, report, _ = built
+    names = [c.name for c in book.chapters(root)]
+    assert report.failures == []
+    assert sorted(report.executed) == sorted(names) and len(names) >= 5
+    for name in names:
+        nb = nbformat.read(dest / "book" / f"{name}.ipynb", as_version=4)
+        errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+        assert not errors, (name, errors)
+
+
+def test_html_has_figures_corrections_and_banners(built):
+    dest, report, _ = built
+    html = report.html
+    assert (html / "index.html").exists()
+    for chapter in ("accuracy", "length", "dispersion", "variance_band"):
+        page = (html / "book" / "panel" / f"{chapter}.html").read_text()
+        assert "<img" in page, chapter
+        assert "# Parameters" not in page, f"{chapter}: papermill's injected cell is visible"
+    for chapter in ("accuracy", "dispersion", "length"):
+        assert "Correction of 2026-09-23" in (html / "book" / "panel" / f"{chapter}.html").read_text()
+    assert "Correction of" not in (html / "book" / "panel" / "explorer.html").read_text()
+    corrections = (html / "book" / "corrections.html").read_text()
+    assert "2026-09-23" in corrections and "wider search" in corrections
+    explorer = (html / "book" / "panel" / "explorer.html").read_text()
+    assert explorer.count("<details>") == 20
+
+
+def test_published_tables_reproduce_in_the_built_chapters(built):
+    dest, _, _ = built
+    texts = []
+    for name in ("accuracy", "dispersion", "variance_band", "length"):
+        nb = nbformat.read(dest / "book" / "panel" / f"{name}.ipynb", as_version=4)
+        texts += [o["data"]["text/markdown"] for c in nb.cells if c.cell_type == "code"
+                  for o in c.outputs if "text/markdown" in o.get("data", {})]
+    agreements = [t for t in texts if "largest absolute difference" in t]
+    assert len(agreements) >= 8
+    assert all("NOT zero" not in t for t in agreements), agreements
+
+
+def test_rebuild_with_nothing_changed_executes_nothing(built):
+    dest, _, params = built
+    report = book.build(dest, params_file=params, html=False, progress=False)
+    assert report.executed == [] and len(report.cached) >= 5
+
+
+def test_changing_one_chapters_data_reexecutes_only_that_chapter(built):
+    dest, _, params = built
+    traj = dest / "data/multipersona/reports/olympiad_panel_only/heldout_trajectory.jsonl"
+    traj.write_text(traj.read_text() + "\n")  # same records, different bytes
+    report = book.build(dest, params_file=params, html=False, progress=False)
+    assert report.executed == ["panel/variance_band"]
+
+
+def test_new_correction_renders_without_reexecution(built):
+    dest, _, params = built
+    corr = dest / "data/corrections.yml"
+    items = yaml.safe_load(corr.read_text())
+    items.append({"date": "2026-12-01", "chapters": ["book/panel/explorer"], "claimed": "x claimed",
+                  "stands": "y stands", "source": "test"})
+    corr.write_text(yaml.safe_dump(items))
+    report = book.build(dest, params_file=params, html=False, progress=False)
+    assert report.executed == []
+    nb = nbformat.read(dest / "book/panel/explorer.ipynb", as_version=4)
+    assert "Correction of 2026-12-01" in nb.cells[1].source
+    assert "2026-12-01" in (dest / "book/corrections.md").read_text()
+
+
+def _mini_book(tmp_path: Path) -> Path:
+    (tmp_path / "_config.yml").write_text("title: t\nexecute:\n  execute_notebooks: 'off'\n")
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n"
+                                       "  - file: book/x/good\n  - file: book/x/bad\n")
+    (tmp_path / "book").mkdir()
+    (tmp_path / "book/intro.md").write_text("# intro\n")
+    (tmp_path / "notebooks/x").mkdir(parents=True)
+    for name, code in (("good", "print(1 + 1)"), ("bad", "x = 1\nraise ValueError('boom in chapter')")):
+        params = nbformat.v4.new_code_cell("n = 1")
+        params.metadata["tags"] = ["parameters"]
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(f"# {name}"), params,
+                                             nbformat.v4.new_code_cell(code)])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(nb, tmp_path / f"notebooks/x/{name}.ipynb")
+    return tmp_path
+
+
+def test_failing_chapter_gives_one_clear_message_and_keeps_the_others(tmp_path):
+    root = _mini_book(tmp_path)
+    report = book.build(root, html=False, progress=False)
+    assert report.executed == ["x/good"]
+    [failure] = report.failures
+    assert failure.chapter == "x/bad"
+    assert "notebooks/x/bad.ipynb" in failure.message and "cell 2" in failure.message
+    assert "ValueError: boom in chapter" in failure.message
+    assert (root / "book/x/good.ipynb").exists() and not (root / "book/x/bad.ipynb").exists()
+    assert (root / "_build/.polyvox/failed/x/bad.ipynb").exists()
+    cli = subprocess.run([sys.executable, "-m", "polyvox.cli", "book", "build", "--no-html"], cwd=root,
+                         capture_output=True, text=True)
+    assert cli.returncode == 1
+    assert "chapter x/bad failed" in cli.stderr and "Traceback" not in cli.stderr
+
+
+def test_run_writes_executed_notebook_and_manifest(tmp_path, root):
+    out = tmp_path / "run"
+    cli = subprocess.run([sys.executable, "-m", "polyvox.cli", "run", "panel/length", "-p", "data_dir=data",
+                          "--out", str(out)], cwd=root, capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "ok" and manifest["parameters"] == {"data_dir": "data"}
+    assert manifest["chapter"] == "panel/length" and "papermill" in manifest["versions"]
+    assert (out / "length.ipynb").exists()
+    bad = subprocess.run([sys.executable, "-m", "polyvox.cli", "run", "panel/length", "-p", "nope=1",
+                          "--out", str(tmp_path / "bad")], cwd=root, capture_output=True, text=True)
+    assert bad.returncode == 1 and "unknown parameter(s) nope" in bad.stderr

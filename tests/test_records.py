@@ -1,0 +1,73 @@
+"""Validated JSONL: malformed lines and missing fields name the file and the line."""
+import json
+
+import pytest
+
+from polyvox import published
+from polyvox.records import (Sample, RecordError, append_jsonl, read_jsonl, repair_truncated_tail, scrub,
+                             write_manifest)
+
+
+def sample(i=0, **kw):
+    d = dict(problem_id="p1", sample_index=i, prompt_hash="h", completion="x", prompt_tokens=3,
+             completion_tokens=5, finish_reason="stop", latency_s=0.1)
+    d.update(kw)
+    return d
+
+
+def test_round_trip(tmp_path):
+    path = tmp_path / "r.jsonl"
+    append_jsonl(path, [Sample(**sample(0)), Sample(**sample(1))])
+    got = read_jsonl(path, Sample)
+    assert [s.key for s in got] == [("p1", 0), ("p1", 1)]
+
+
+def test_malformed_line_names_file_and_line(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(sample(0)) + "\n" + "{not json\n" + json.dumps(sample(2)) + "\n")
+    with pytest.raises(RecordError) as exc:
+        read_jsonl(path, Sample)
+    assert f"{path}:2" in str(exc.value) and "malformed JSON" in str(exc.value)
+
+
+def test_missing_field_names_file_and_line(tmp_path):
+    path = tmp_path / "r.jsonl"
+    bad = sample(1)
+    del bad["completion"]
+    path.write_text(json.dumps(sample(0)) + "\n\n" + json.dumps(bad) + "\n")
+    with pytest.raises(RecordError, match=r":3: missing field 'completion'"):
+        read_jsonl(path, Sample)
+
+
+def test_wrong_type_is_an_error(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(sample(0, sample_index="zero")) + "\n")
+    with pytest.raises(RecordError, match=r":1: field 'sample_index'"):
+        read_jsonl(path, Sample)
+
+
+def test_truncated_tail_is_tolerated_only_when_asked(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(sample(0)) + "\n" + json.dumps(sample(1))[:20])
+    with pytest.raises(RecordError, match=":2:"):
+        read_jsonl(path, Sample)
+    assert len(read_jsonl(path, Sample, tolerate_truncated_tail=True)) == 1
+    assert repair_truncated_tail(path)
+    assert len(read_jsonl(path, Sample)) == 1
+
+
+def test_manifest_never_holds_secrets(tmp_path):
+    write_manifest(tmp_path, parameters={"api_key": "sk-abc", "api_key_env": "OPENAI_API_KEY", "n": 3})
+    text = (tmp_path / "manifest.json").read_text()
+    assert "sk-abc" not in text and "OPENAI_API_KEY" in text and "versions" in text
+    assert scrub({"nested": {"token": "t"}}) == {"nested": {"token": "<redacted>"}}
+
+
+def test_published_loader_reports_bad_row(tmp_path):
+    bad = tmp_path / "multipersona" / "reports/variance_band/panel_g8"
+    bad.mkdir(parents=True)
+    (bad / "per_problem.jsonl").write_text('{"uid": "a", "source": "amc", "n_samples": 8, "n_correct": 3, "band": "variance_band"}\n'
+                                           '{"uid": "b", "source": "amc", "n_samples": 8, "band": "all_zero"}\n')
+    (bad / "summary.json").write_text("{}")
+    with pytest.raises(RecordError, match=r"per_problem.jsonl:2: missing field 'n_correct'"):
+        published.band_records(tmp_path, "panel")
