@@ -2,6 +2,9 @@
 
     polyvox book build [--only CHAPTER] [--force] [--params FILE.yaml] [--no-html]
     polyvox run CHAPTER -p key=value ... [--out DIR]
+    polyvox sample --task T --format F --model M [--adapter A] --backend B --n N --out DIR ...
+    polyvox merge SHARD_DIR ... --out DIR
+    polyvox grade DIR
 
 Errors the user can fix (bad input, unknown chapter, a failing notebook) print
 one line to stderr and exit 1, without a traceback.
@@ -49,6 +52,43 @@ def _cmd_run(args) -> int:
     return 0
 
 
+def _cmd_sample(args) -> int:
+    from .rollouts import sample_run
+    from .sampling import SamplingParams, make_backend
+
+    kwargs = {}
+    if args.backend == "openai":
+        kwargs = {"base_url": args.base_url, "api_key_env": args.api_key_env, "concurrency": args.concurrency}
+    elif args.backend == "transformers":
+        kwargs = {"batch_size": args.batch_size}
+    backend = make_backend(args.backend, args.model, args.adapter, **kwargs)
+    tokenizer = getattr(backend, "tokenizer", None)
+    if tokenizer is None and args.format != "panel" and args.backend == "vllm":
+        tokenizer = backend.llm.get_tokenizer()
+    filters = {"level": args.level} if args.level is not None else {}
+    out = sample_run(args.out, args.task, args.format, backend, args.n,
+                     SamplingParams(args.max_tokens, args.temperature, args.top_p), seed=args.seed,
+                     limit=args.limit, shard=args.shard, nshards=args.nshards, data_dir=args.data_dir,
+                     model=args.model, adapter=args.adapter, tokenizer=tokenizer, chunk=args.chunk,
+                     task_filters=filters)
+    print(f"rollouts: {out / 'rollouts.jsonl'}")
+    return 0
+
+
+def _cmd_merge(args) -> int:
+    from .rollouts import merge
+
+    print(f"merged: {merge(args.shards, args.out) / 'rollouts.jsonl'}")
+    return 0
+
+
+def _cmd_grade(args) -> int:
+    from .rollouts import grade_run
+
+    print(f"graded: {grade_run(args.run, args.data_dir)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="polyvox", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -68,6 +108,44 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", help="run folder (default runs/<chapter>-<time>)")
     r.set_defaults(func=_cmd_run)
 
+    from .formats import FORMATS
+    from .sampling import BACKENDS
+    from .tasks import NAMES
+
+    s = sub.add_parser("sample", help="sample completions into a resumable run folder")
+    s.add_argument("--task", required=True, choices=NAMES)
+    s.add_argument("--format", required=True, choices=FORMATS)
+    s.add_argument("--model", required=True, help="path or hub id (openai: the served model name)")
+    s.add_argument("--adapter", help="PEFT LoRA folder (safetensors)")
+    s.add_argument("--backend", default="transformers", choices=BACKENDS)
+    s.add_argument("--n", type=int, default=1, help="samples per problem")
+    s.add_argument("--max-tokens", type=int, default=4096)
+    s.add_argument("--temperature", type=float, default=1.0)
+    s.add_argument("--top-p", type=float, default=1.0)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--limit", type=int, help="first N problems")
+    s.add_argument("--level", type=int, help="MATH level filter")
+    s.add_argument("--shard", type=int, default=0)
+    s.add_argument("--nshards", type=int, default=1)
+    s.add_argument("--chunk", type=int, default=64, help="samples per backend call (and per flush)")
+    s.add_argument("--batch-size", type=int, default=16, help="transformers batch size")
+    s.add_argument("--base-url", default="http://127.0.0.1:8000", help="openai backend server")
+    s.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
+    s.add_argument("--concurrency", type=int, default=8)
+    s.add_argument("--data-dir", default="data")
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=_cmd_sample)
+
+    m = sub.add_parser("merge", help="join shard run folders")
+    m.add_argument("shards", nargs="+")
+    m.add_argument("--out", required=True)
+    m.set_defaults(func=_cmd_merge)
+
+    g = sub.add_parser("grade", help="grade a run folder into graded.jsonl")
+    g.add_argument("run")
+    g.add_argument("--data-dir", default="data")
+    g.set_defaults(func=_cmd_grade)
+
     return p
 
 
@@ -78,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (BookError, RecordError, ValueError, FileNotFoundError) as exc:
+    except (BookError, RecordError, ValueError, FileNotFoundError, ImportError) as exc:
         print(f"polyvox: {exc}", file=sys.stderr)
         return 1
 
