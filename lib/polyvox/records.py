@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import sys
 import typing
 from dataclasses import dataclass, field
@@ -201,7 +202,8 @@ def sha256_tree(path: os.PathLike | str) -> str:
     return h.hexdigest()
 
 
-_SECRET_HINTS = ("key", "token", "secret", "password", "authorization")
+# names like api_key, hf_token, client_secret; not max_tokens or api_key_env (which names a variable)
+_SECRET_NAME = re.compile(r"(?i)(^|_)(api_?key|key|token|secret|password|authorization)$")
 
 
 def scrub(params: dict) -> dict:
@@ -210,7 +212,7 @@ def scrub(params: dict) -> dict:
     for k, v in params.items():
         if isinstance(v, dict):
             clean[k] = scrub(v)
-        elif any(h in k.lower() for h in _SECRET_HINTS) and not k.lower().endswith("_env"):
+        elif _SECRET_NAME.search(k):
             clean[k] = "<redacted>"
         else:
             clean[k] = v
