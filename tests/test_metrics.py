@@ -85,3 +85,20 @@ def test_paired_difference():
     d = metrics.paired_difference([1.0, 0.5, 0.0], [0.5, 0.5, 0.5])
     assert d.mean == pytest.approx(0.0)
     assert d.se == pytest.approx(np.std([0.5, 0, -0.5], ddof=1) / math.sqrt(3))
+
+
+def test_length_metrics_on_samples():
+    import pandas as pd
+
+    a = pd.DataFrame({"problem_id": ["p", "p", "q", "q"], "sample_index": [0, 1, 0, 1],
+                      "completion_tokens": [100, 200, 50, 400], "correct": [True, False, True, True]})
+    b = pd.DataFrame({"problem_id": ["p", "p", "q", "q"], "sample_index": [0, 1, 0, 1],
+                      "completion_tokens": [700, 1600, 100, 400], "correct": [True, True, False, True]})
+    assert metrics.tokens_per_correct(a.completion_tokens, a.correct) == pytest.approx(750 / 3)
+    assert metrics.tokens_per_correct([5], [False]) == float("inf")
+    assert metrics.cap_hit_rate(["stop", "length", "length", "stop"]) == 0.5
+    out = metrics.paired_length_buckets(a, b)
+    assert out["both_correct"]["n"] == 2 and out["both_correct"]["ratio_median"] == pytest.approx((7 + 1) / 2)
+    assert out["panel_only"]["n"] == 1 and out["thinking_only"]["n"] == 1 and out["neither"]["n"] == 0
+    assert out["all_paired"]["n"] == 4
+    assert out["both_correct"]["ratio_geomean"] == pytest.approx(math.sqrt(7 * 1))

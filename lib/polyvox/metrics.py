@@ -160,3 +160,54 @@ def passk_crossover_table(n_a, c_a, n_b, c_b, ks: Sequence[int]) -> list[dict]:
              "delta_mean": d.mean, "delta_se": d.se, "t": d.t}
         )
     return rows
+
+
+# ---------------------------------------------------------------- lengths on runs
+
+LENGTH_BUCKETS = ("both_correct", "panel_only", "thinking_only", "neither", "all_paired")
+
+
+def tokens_per_correct(completion_tokens: Sequence[int], correct: Sequence[bool]) -> float:
+    """Total completion tokens over all samples ÷ number of correct samples (inf when none)."""
+    c = int(np.sum(correct))
+    return float(np.sum(completion_tokens)) / c if c else float("inf")
+
+
+def cap_hit_rate(finish_reasons: Sequence[str]) -> float:
+    """Share of samples stopped by the token cap (finish reason 'length')."""
+    fr = np.asarray(finish_reasons)
+    return float(np.mean(fr == "length")) if len(fr) else float("nan")
+
+
+def paired_length_buckets(a, b) -> dict:
+    """The published token summary's buckets, from per-sample records of two systems.
+
+    a, b: DataFrames with problem_id, sample_index, completion_tokens, correct. Pairs
+    are (a's sample i, b's sample i) on the same problem, i below both systems'
+    sample counts there, as the study paired them. Ratios are b ÷ a tokens.
+    """
+    from scipy.stats import wilcoxon
+
+    m = a.merge(b, on=["problem_id", "sample_index"], suffixes=("_a", "_b"))
+    out = {}
+    masks = {"both_correct": m.correct_a & m.correct_b, "panel_only": m.correct_a & ~m.correct_b,
+             "thinking_only": ~m.correct_a & m.correct_b, "neither": ~m.correct_a & ~m.correct_b,
+             "all_paired": np.ones(len(m), dtype=bool)}
+    for name, mask in masks.items():
+        sub = m[np.asarray(mask)]
+        ta, tb = sub.completion_tokens_a.to_numpy(float), sub.completion_tokens_b.to_numpy(float)
+        ratio = tb / np.maximum(ta, 1)
+        out[name] = {"n": int(len(sub)), "panel_tokens_median": float(np.median(ta)) if len(sub) else float("nan"),
+                     "think_tokens_median": float(np.median(tb)) if len(sub) else float("nan"),
+                     "ratio_median": float(np.median(ratio)) if len(sub) else float("nan"),
+                     "ratio_geomean": float(np.exp(np.mean(np.log(ratio)))) if len(sub) else float("nan"),
+                     "thinking_longer_frac": float(np.mean(tb > ta)) if len(sub) else float("nan")}
+    both = m[np.asarray(masks["both_correct"])]
+    diff = both.completion_tokens_b.to_numpy(float) - both.completion_tokens_a.to_numpy(float)
+    if np.count_nonzero(diff) >= 1:
+        w = wilcoxon(both.completion_tokens_b, both.completion_tokens_a)
+        out["wilcoxon_both_correct"] = {"statistic": float(w.statistic), "pvalue": float(w.pvalue),
+                                        "n_nonzero": int(np.count_nonzero(diff))}
+    else:
+        out["wilcoxon_both_correct"] = {"statistic": float("nan"), "pvalue": float("nan"), "n_nonzero": 0}
+    return out

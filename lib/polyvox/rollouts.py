@@ -53,7 +53,7 @@ def sample_run(out: str | Path, task: str, fmt: str, backend: Backend, n: int, p
                model: str = "", adapter: str | None = None, tokenizer=None, chunk: int = 64,
                progress: bool = True, task_filters: dict | None = None) -> Path:
     """Sample n completions per problem into out/rollouts.jsonl, resuming what is there."""
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

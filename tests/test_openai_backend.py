@@ -1,0 +1,121 @@
+"""The openai backend against real HTTP servers on 127.0.0.1.
+
+- `transformers serve` with the tiny model, started by the test and stopped by its PID:
+  completions and chat endpoints, token usage, a whole `polyvox sample` run.
+- a small stdlib HTTP server that fails twice with 503/429 before answering, and records
+  the Authorization header: retries with backoff, and the key read from the environment.
+"""
+import http.server
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from polyvox.records import Sample, read_jsonl
+from polyvox.sampling import OpenAIBackend, Request, SamplingParams
+from polyvox.tiny import build_tiny_model
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    model = build_tiny_model(tmp_path_factory.mktemp("served"), seed=1)
+    port = free_port()
+    exe = Path(sys.executable).parent / "transformers"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([str(exe), "serve", str(model), "--host", "127.0.0.1", "--port", str(port),
+                             "--device", "cpu"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            if urllib.request.urlopen(f"{url}/health", timeout=2).status == 200:
+                break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("transformers serve did not come up")
+    yield url, str(model)
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_completions_and_chat(server):
+    url, model = server
+    backend = OpenAIBackend(url, model, api_key_env=None, concurrency=2)
+    params = SamplingParams(max_tokens=6, temperature=1.0)
+    outs = backend.generate([Request("What is 2 plus 2?", seed=1), Request("What is 3 plus 3?", seed=2),
+                             Request("hello", seed=3, chat=True)], params)
+    assert len(outs) == 3
+    for c in outs:
+        assert c.prompt_tokens > 0 and 0 < c.completion_tokens <= 6
+        assert c.finish_reason in ("stop", "length") and c.latency_s > 0
+
+
+def test_polyvox_sample_through_the_server(server, tmp_path, root):
+    url, model = server
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "polyvox.cli", "sample", "--task", "gsm8k", "--format", "panel", "--backend", "openai",
+           "--base-url", url, "--model", model, "--n", "2", "--limit", "2", "--max-tokens", "6", "--out", str(out)]
+    done = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert len(read_jsonl(out / "rollouts.jsonl", Sample)) == 4
+
+
+class Flaky(http.server.BaseHTTPRequestHandler):
+    failures = [503, 429]
+    seen_auth: list = []
+
+    def do_POST(self):  # noqa: N802
+        self.rfile.read(int(self.headers["Content-Length"]))
+        Flaky.seen_auth.append(self.headers.get("Authorization"))
+        if Flaky.failures:
+            self.send_response(Flaky.failures.pop(0))
+            self.end_headers()
+            return
+        body = json.dumps({"choices": [{"text": "ok", "finish_reason": "stop"}],
+                           "usage": {"prompt_tokens": 3, "completion_tokens": 1}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_retries_on_503_and_429_and_reads_key_from_env(monkeypatch):
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("POLYVOX_TEST_KEY", "secret-value")
+        backend = OpenAIBackend(f"http://127.0.0.1:{srv.server_port}", "m", api_key_env="POLYVOX_TEST_KEY",
+                                backoff_s=0.01, concurrency=1)
+        [c] = backend.generate([Request("hi")], SamplingParams(max_tokens=2))
+        assert c.text == "ok" and c.completion_tokens == 1
+        assert Flaky.seen_auth == ["Bearer secret-value"] * 3
+        Flaky.failures = [500] * 10
+        with pytest.raises(RuntimeError, match="HTTP 500"):
+            OpenAIBackend(f"http://127.0.0.1:{srv.server_port}", "m", api_key_env=None, backoff_s=0.001,
+                          max_retries=2).generate([Request("hi")], SamplingParams(max_tokens=2))
+    finally:
+        srv.shutdown()
