@@ -26,8 +26,9 @@ CASES = [
     ("math", "<answer>\\frac{\\sqrt{3}}{2}</answer>", "\\frac{\\sqrt3}{2}", True),
     ("math", "I am not sure.", "7", False),
     ("math", "", "7", False),
-    # math-verify's boxed extraction takes the first \boxed{} it meets, not the last
-    ("math", r"First \boxed{3}, then corrected: \boxed{4}", "4", False),
+    # the last \boxed{} is the answer (math-verify alone would take the first)
+    ("math", r"First \boxed{3}, then corrected: \boxed{4}", "4", True),
+    ("math", r"First \boxed{4}, then corrected: \boxed{3}", "4", False),
     ("math", r"\boxed{\{1,2,3\}}", r"\{1,2,3\}", True),
     ("math", r"\boxed{[0, 1)}", r"[0,1)", True),
     ("math", r"The value is $\boxed{12}$ dollars", "12", True),
