@@ -74,7 +74,6 @@ class TransformersBackend:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        self.torch = torch
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if self.device == "cuda" else torch.float32)
         self.tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=False)
@@ -92,38 +91,47 @@ class TransformersBackend:
         self.batch_size = batch_size
 
     def generate(self, requests: list[Request], params: SamplingParams) -> list[Completion]:
-        torch = self.torch
-        texts = [r.prompt for r in requests]
-        lengths = [len(self.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
-        order = sorted(range(len(texts)), key=lambda i: lengths[i])
-        out: list[Completion | None] = [None] * len(texts)
-        eos = self.tokenizer.eos_token_id
-        for b in range(0, len(order), self.batch_size):
-            idx = order[b:b + self.batch_size]
-            enc = self.tokenizer([texts[i] for i in idx], return_tensors="pt", padding=True,
-                                 add_special_tokens=False).to(self.device)
+        return generate_batched(self.model, self.tokenizer, requests, params, self.batch_size, self.device)
+
+
+def generate_batched(model, tokenizer, requests: list[Request], params: SamplingParams, batch_size: int,
+                     device: str) -> list[Completion]:
+    """Length-sorted, left-padded batched generation with a loaded model (also used inside RL)."""
+    import torch
+
+    texts = [r.prompt for r in requests]
+    lengths = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    order = sorted(range(len(texts)), key=lambda i: lengths[i])
+    out: list[Completion | None] = [None] * len(texts)
+    eos = tokenizer.eos_token_id
+    pad_side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    try:
+        for b in range(0, len(order), batch_size):
+            idx = order[b:b + batch_size]
+            enc = tokenizer([texts[i] for i in idx], return_tensors="pt", padding=True,
+                            add_special_tokens=False).to(device)
             torch.manual_seed(requests[idx[0]].seed)
             t0 = time.perf_counter()
             with torch.no_grad():
-                gen = self.model.generate(
+                gen = model.generate(
                     **enc, max_new_tokens=params.max_tokens, do_sample=params.temperature > 0,
                     temperature=params.temperature if params.temperature > 0 else None,
                     top_p=params.top_p if params.temperature > 0 else None,
-                    pad_token_id=self.tokenizer.pad_token_id, eos_token_id=eos,
-                    stop_strings=list(params.stop) or None, tokenizer=self.tokenizer if params.stop else None)
+                    pad_token_id=tokenizer.pad_token_id, eos_token_id=eos,
+                    stop_strings=list(params.stop) or None, tokenizer=tokenizer if params.stop else None)
             latency = (time.perf_counter() - t0) / len(idx)
             new = gen[:, enc["input_ids"].shape[1]:]
             for row, i in zip(new.tolist(), idx):
-                # generated tokens up to and including the first eos (pad after it is filler)
+                # generated tokens up to and including the first eos (padding after it is filler)
                 n_tok = row.index(eos) + 1 if eos in row else len(row)
-                while n_tok > 0 and row[n_tok - 1] == self.tokenizer.pad_token_id and row[n_tok - 1] != eos:
-                    n_tok -= 1
-                text = self.tokenizer.decode(row[:n_tok], skip_special_tokens=True)
+                text = tokenizer.decode(row[:n_tok], skip_special_tokens=True)
                 text, stopped = _cut_at_stop(text, params.stop)
-                hit_eos = eos in row[:n_tok]
-                finish = "stop" if (stopped or hit_eos or n_tok < params.max_tokens) else "length"
+                finish = "stop" if (stopped or eos in row[:n_tok] or n_tok < params.max_tokens) else "length"
                 out[i] = Completion(text, lengths[i], n_tok, finish, latency)
-        return out  # type: ignore[return-value]
+    finally:
+        tokenizer.padding_side = pad_side
+    return out  # type: ignore[return-value]
 
 
 def adapter_rank(adapter: str) -> int:

@@ -1,0 +1,214 @@
+"""GRPO with a LoRA adapter (TRL ``GRPOTrainer`` + ``peft``), the panel study's recipe in miniature.
+
+Algorithm (per step): take ``prompts_per_step`` problems, sample ``group_size``
+completions each at temperature 1, score each with the arm's reward, normalise
+rewards within the group (advantage = (r − mean) / std), and take a clipped
+policy-gradient step on the LoRA weights only.
+
+Rewards
+- panel arm (raw panel prompt on the base model): correct + tag_coef × (tags_valid − 1),
+  tags valid = both blocks non-empty, debate before answer (the study's reward);
+- think arm (chat template, thinking on): correct + tag_coef × (think_valid − 1),
+  think valid = a non-empty closed ``<think>`` block followed by a boxed answer.
+Correctness is the integer rule (last integer in ``<answer>``, else in the last
+``\\boxed{}``) against the world's integer answers.
+
+Departures from textbook GRPO (Shao et al. 2024), all TRL 1.16 defaults stated
+here so the run is readable: no KL penalty (``beta = 0``), the DAPO token-level
+loss normalisation (``loss_type = "dapo"``), one policy update per generation
+batch (``num_iterations = 1``, so the ratio is 1 and clipping is inactive), and
+groups whose rewards are all equal contribute no gradient — which is why RL is
+run on each model's *variance band*.
+
+Stages run in sequence (an easy stage then a harder one, as the study's GSM8K
+then MATH stages); each continues the previous stage's adapter. Per step, a JSONL
+line (reward mean and spread, format-valid rate, accuracy, completion lengths);
+every ``eval_every`` steps a held-out evaluation line; adapters are saved every
+``save_every`` steps and at the end of each stage (safetensors).
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import formats, grading
+from .records import append_jsonl, now_iso, write_manifest
+
+
+@dataclass
+class Stage:
+    name: str
+    problems: list  # polyvox.records.Problem (gold = integer string)
+    steps: int
+
+
+@dataclass
+class RLConfig:
+    model: str
+    arm: str  # "panel" | "think"
+    out: str
+    stages: list[Stage] = field(default_factory=list)
+    init_adapter: str | None = None
+    lora_rank: int = 32
+    lora_alpha: int = 64
+    learning_rate: float = 2e-4
+    group_size: int = 8
+    prompts_per_step: int = 16
+    max_completion_length: int = 384
+    temperature: float = 1.0
+    tag_coef: float = 0.2
+    beta: float = 0.0
+    eval_every: int = 10
+    save_every: int = 50
+    heldout: list = field(default_factory=list)  # Problems evaluated every eval_every steps
+    heldout_samples: int = 4
+    seed: int = 0
+
+
+def think_valid(completion: str) -> bool:
+    think, rest = formats.split_think(completion)
+    closed = "</think>" in completion
+    return bool(closed and think and grading.last_boxed(rest) is not None)
+
+
+def reward(arm: str, completion: str, gold: str, tag_coef: float = 0.2) -> tuple[float, bool, bool]:
+    """(reward, correct, format_valid) for one completion."""
+    correct = grading.grade("aime", completion, gold).correct
+    valid = formats.tags_valid(completion) if arm == "panel" else think_valid(completion)
+    return float(correct) + tag_coef * (float(valid) - 1.0), correct, valid
+
+
+def prompt_for(arm: str, text: str, tokenizer) -> str:
+    return formats.build_prompt("panel" if arm == "panel" else "think", text, tokenizer).text
+
+
+def evaluate(model, tokenizer, arm: str, problems, samples: int = 4, max_tokens: int = 384, seed: int = 0,
+             batch_size: int = 256, device: str = "cpu") -> dict:
+    """Mean accuracy over problems × samples at temperature 1 (and per level)."""
+    from .sampling import Request, SamplingParams, generate_batched
+
+    reqs = [Request(prompt_for(arm, p.text, tokenizer), seed=seed + i) for p in problems for i in range(samples)]
+    outs = generate_batched(model, tokenizer, reqs, SamplingParams(max_tokens, 1.0), batch_size, device)
+    correct = np.array([reward(arm, o.text, p.gold)[1] for o, p in zip(outs, [p for p in problems for _ in range(samples)])])
+    per_problem = correct.reshape(len(problems), samples).mean(axis=1)
+    levels = {}
+    for p, acc in zip(problems, per_problem):
+        levels.setdefault(str(p.metadata.get("level")), []).append(acc)
+    return {"heldout_mean": float(per_problem.mean()), "per_level": {k: float(np.mean(v)) for k, v in levels.items()},
+            "mean_completion_tokens": float(np.mean([o.completion_tokens for o in outs]))}
+
+
+def train(cfg: RLConfig, progress: bool = True) -> Path:
+    """Run every stage; returns the final adapter folder."""
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig, PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    tok = AutoTokenizer.from_pretrained(cfg.model)
+    tok.padding_side = "left"
+    summary = {k: v for k, v in asdict(cfg).items() if k not in ("stages", "heldout")}
+    summary["stages"] = [{"name": s.name, "steps": s.steps, "problems": len(s.problems)} for s in cfg.stages]
+    write_manifest(out, config=summary, started=now_iso(), status="running", device=device)
+    adapter = cfg.init_adapter
+    global_step = 0
+    t_start = time.time()
+    for stage in cfg.stages:
+        base = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=torch.float32)
+        peft_config = None
+        if adapter:
+            model = PeftModel.from_pretrained(base, adapter, is_trainable=True)
+        else:
+            model = base
+            peft_config = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=0.0,
+                                     target_modules="all-linear", task_type="CAUSAL_LM")
+        rows = [{"prompt": prompt_for(cfg.arm, p.text, tok), "gold": p.gold, "pid": p.id} for p in stage.problems]
+        dataset = Dataset.from_list(rows)
+        stash: list[dict] = []
+
+        def reward_fn(prompts, completions, gold, completion_ids=None, **kw):
+            rs = [reward(cfg.arm, c, g, cfg.tag_coef) for c, g in zip(completions, gold)]
+            lengths = [len(ids) for ids in completion_ids] if completion_ids is not None else \
+                [len(tok(c, add_special_tokens=False)["input_ids"]) for c in completions]
+            r = np.array([x[0] for x in rs])
+            groups = r.reshape(-1, cfg.group_size) if len(r) % cfg.group_size == 0 else r[None]
+            stash.append({"reward_mean": float(r.mean()), "reward_std": float(r.std()),
+                          "within_group_std": float(groups.std(axis=1).mean()),
+                          "accuracy": float(np.mean([x[1] for x in rs])),
+                          "format_valid": float(np.mean([x[2] for x in rs])),
+                          "frac_groups_all_equal": float(np.mean(groups.std(axis=1) == 0)),
+                          "completion_tokens_mean": float(np.mean(lengths)),
+                          "completion_tokens_max": int(np.max(lengths))})
+            return [x[0] for x in rs]
+
+        stage_dir = out / stage.name
+        offset = global_step
+
+        class Logger(TrainerCallback):
+            def on_step_end(self, args, state, control, model=None, **kw):
+                step = offset + state.global_step
+                rec = {"stage": stage.name, "step": step, "time_s": round(time.time() - t_start, 2)}
+                if stash:
+                    rec.update(stash[-1])
+                append_jsonl(out / "train_log.jsonl", [rec])
+                if cfg.heldout and state.global_step % cfg.eval_every == 0:
+                    _heldout(model, step)
+
+        def _heldout(model, step):
+            res = evaluate(model, tok, cfg.arm, cfg.heldout, cfg.heldout_samples, cfg.max_completion_length,
+                           seed=cfg.seed, device=device)
+            append_jsonl(out / "heldout_trajectory.jsonl", [{"step": step, "stage": stage.name, **res}])
+
+        args = GRPOConfig(
+            output_dir=str(stage_dir), max_steps=stage.steps, learning_rate=cfg.learning_rate,
+            per_device_train_batch_size=cfg.group_size * cfg.prompts_per_step // max(1, torch.cuda.device_count() or 1),
+            num_generations=cfg.group_size, max_completion_length=cfg.max_completion_length,
+            temperature=cfg.temperature, beta=cfg.beta, logging_steps=1, save_strategy="steps",
+            save_steps=cfg.save_every, report_to=[], seed=cfg.seed, bf16=device == "cuda",
+            disable_tqdm=not progress, lr_scheduler_type="constant", warmup_steps=0,
+            gradient_checkpointing=False, use_cpu=device == "cpu",
+        )
+        trainer = GRPOTrainer(model=model, reward_funcs=reward_fn, args=args, train_dataset=dataset,
+                              processing_class=tok, peft_config=peft_config, callbacks=[Logger()])
+        if global_step == 0 and cfg.heldout and not (out / "heldout_trajectory.jsonl").exists():
+            _heldout(trainer.model, 0)
+        trainer.train()
+        global_step += stage.steps
+        adapter = str(stage_dir / "adapter")
+        trainer.model.save_pretrained(adapter, safe_serialization=True)
+        del trainer, model, base
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    write_manifest(out, config=summary, status="complete", finished=now_iso(), device=device,
+                   final_adapter=adapter, seconds=round(time.time() - t_start, 1))
+    return Path(adapter)
+
+
+def load_config(path: str | Path) -> RLConfig:
+    """YAML config: model, arm, out, stages: [{name, task/world levels, n, steps}], other RLConfig fields."""
+    import yaml
+
+    from . import world
+
+    raw = yaml.safe_load(Path(path).read_text())
+    stages = []
+    for s in raw.pop("stages"):
+        levels = s.get("levels", [1, 2])
+        probs = [world.to_problem(p) for p in world.generate(s.get("n_per_level", 200), seed=s.get("seed", 0),
+                                                                 levels=levels, split="train")]
+        stages.append(Stage(s["name"], probs, int(s["steps"])))
+    held = raw.pop("heldout", None)
+    heldout = []
+    if held:
+        heldout = [world.to_problem(p) for p in world.generate(held.get("n_per_level", 25), seed=held.get("seed", 1),
+                                                                  levels=held.get("levels", [3, 4, 5, "olympiad"]),
+                                                                  split="test")]
+    return RLConfig(stages=stages, heldout=heldout, **raw)

@@ -1,0 +1,186 @@
+"""Train the miniature world's tokenizer and models: tiny-base (pretrained) and tiny-think (fine-tuned).
+
+- Tokenizer: byte-level BPE trained with ``tokenizers`` on world text, with the chat
+  tokens and the format tags as special tokens, and a Qwen-style chat template that
+  honours ``enable_thinking`` (False inserts an empty think block, as Qwen3 does).
+- tiny-base: a Qwen3-architecture causal LM trained from scratch on
+  :func:`polyvox.world.pretraining_text` documents packed into fixed-length rows —
+  problems with plain, panel-transcript and thinking-notes solutions, plus a share of
+  generic "User: … Assistant: …" exchanges with plain answers, the way web text gives
+  base models dialogue without any one instruction format. No document uses the
+  panel prompt.
+- tiny-think: a full fine-tune of tiny-base on chat-formatted thinking solutions,
+  loss on the assistant turn only: the stand-in for a post-trained thinking model.
+
+A plain PyTorch loop (AdamW, linear warm-up then cosine, bf16 autocast on GPU)
+rather than ``Trainer``: the data are a few million tokens and the loop is the
+whole algorithm. Everything is seeded. Models are saved with ``save_pretrained``
+(safetensors, bf16) with a ``card.json`` of parameters, data, steps, loss, accuracy.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from pathlib import Path
+
+from . import world
+from .tiny import CHAT_TEMPLATE, SPECIAL
+
+
+def train_tokenizer(texts: list[str], out: Path, vocab_size: int = 2048):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer)
+    # a base model ends documents with <|endoftext|> (as Qwen3-Base does); tiny-think's
+    # tokenizer switches eos to <|im_end|>, the end of a chat turn
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
+                                   additional_special_tokens=SPECIAL[1:])
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(out)
+    return fast
+
+
+def corpus(n_per_level: int, seed: int) -> tuple[list, list[str]]:
+    """Training problems and pretraining documents (plus generic dialogue) for the base model."""
+    problems = world.generate(n_per_level, seed=seed, split="train")
+    docs = world.pretraining_text(problems, seed=seed)
+    rng = random.Random(seed + 1)
+    dialog = [f"User: {p.text} Assistant: {world.solution_plain(p)}" for p in rng.sample(problems, len(problems) // 5)]
+    docs += dialog
+    rng.shuffle(docs)
+    return problems, docs
+
+
+def _pack(tokenizer, docs: list[str], seq_len: int):
+    import torch
+
+    eos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    ids: list[int] = []
+    for d in docs:
+        ids += tokenizer(d, add_special_tokens=False)["input_ids"] + [eos]
+    n = len(ids) // seq_len
+    return torch.tensor(ids[: n * seq_len]).view(n, seq_len)
+
+
+def _lr(step: int, total: int, peak: float, warmup: int) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return peak * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
+
+
+def _train(model, batches_fn, steps: int, lr: float, device: str, log: list, label: str, progress=True):
+    import torch
+    from tqdm import tqdm
+
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
+    model.train()
+    bar = tqdm(range(steps), desc=label, disable=not progress)
+    for step in bar:
+        for g in opt.param_groups:
+            g["lr"] = _lr(step, steps, lr, max(1, steps // 20))
+        input_ids, labels = batches_fn(step)
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=device == "cuda"):
+            loss = model(input_ids=input_ids.to(device), labels=labels.to(device)).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if step % 25 == 0 or step == steps - 1:
+            log.append({"stage": label, "step": step, "loss": float(loss)})
+            bar.set_postfix(loss=f"{float(loss):.3f}")
+    model.eval()
+
+
+def build(out: str | Path, seed: int = 0, n_per_level: int = 4000, hidden: int = 256, layers: int = 6,
+          vocab_size: int = 2048, seq_len: int = 512, batch: int = 64, base_steps: int = 1500,
+          think_steps: int = 400, lr: float = 1e-3, device: str | None = None, progress: bool = True) -> dict:
+    """Train tokenizer, tiny-base and tiny-think into out/{tiny-base,tiny-think}; returns the cards."""
+    import torch
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    out = Path(out)
+    torch.manual_seed(seed)
+    random.seed(seed)
+    t0 = time.time()
+    problems, docs = corpus(n_per_level, seed)
+    base_dir, think_dir = out / "tiny-base", out / "tiny-think"
+    tok = train_tokenizer(docs[:20000], base_dir, vocab_size)
+    data = _pack(tok, docs, seq_len)
+    cfg = Qwen3Config(vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 3, num_hidden_layers=layers,
+                      num_attention_heads=max(1, hidden // 64), num_key_value_heads=max(1, hidden // 128),
+                      head_dim=64, max_position_embeddings=2048, tie_word_embeddings=True,
+                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None,
+                      rope_theta=10000.0)
+    model = Qwen3ForCausalLM(cfg).to(device)
+    log: list = []
+    gen = torch.Generator().manual_seed(seed)
+
+    def base_batch(step):
+        idx = torch.randint(0, len(data), (batch,), generator=gen)
+        x = data[idx]
+        return x, x
+
+    _train(model, base_batch, base_steps, lr, device, log, "tiny-base", progress)
+    _save(model, tok, base_dir)
+
+    # tiny-think: chat-formatted thinking solutions, loss on the assistant turn only
+    sft_rows = []
+    for p in problems:
+        prompt = tok.apply_chat_template(world.think_chat(p)[:1], tokenize=False, add_generation_prompt=True,
+                                         enable_thinking=True)
+        full = prompt + world.solution_think(p) + "<|im_end|>"
+        p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
+        f_ids = tok(full, add_special_tokens=False)["input_ids"][:seq_len]
+        sft_rows.append((f_ids, len(p_ids)))
+
+    def sft_batch(step):
+        rows = [sft_rows[i] for i in torch.randint(0, len(sft_rows), (batch,), generator=gen).tolist()]
+        width = max(len(r[0]) for r in rows)
+        x = torch.full((batch, width), tok.pad_token_id)
+        y = torch.full((batch, width), -100)
+        for i, (ids, n_prompt) in enumerate(rows):
+            x[i, : len(ids)] = torch.tensor(ids)
+            y[i, n_prompt: len(ids)] = torch.tensor(ids[n_prompt:])
+        return x, y
+
+    think = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32).to(device)
+    _train(think, sft_batch, think_steps, lr / 3, device, log, "tiny-think", progress)
+    think_tok = PreTrainedTokenizerFast.from_pretrained(base_dir)
+    think_tok.eos_token = "<|im_end|>"
+    _save(think, think_tok, think_dir)
+    n_params = sum(p.numel() for p in model.parameters())
+    common = {"architecture": "Qwen3ForCausalLM", "parameters": n_params, "hidden": hidden, "layers": layers,
+              "vocab": len(tok), "seed": seed, "device": device, "seconds": round(time.time() - t0, 1),
+              "train_problems": len(problems), "tokens_pretraining": int(data.numel())}
+    cards = {
+        "tiny-base": {**common, "stage": "pretraining from scratch", "steps": base_steps, "batch": batch,
+                      "seq_len": seq_len, "lr": lr, "data": "world.pretraining_text + generic User/Assistant dialogue",
+                      "loss_log": [r for r in log if r["stage"] == "tiny-base"]},
+        "tiny-think": {**common, "stage": "full fine-tune of tiny-base on chat thinking solutions",
+                       "steps": think_steps, "batch": batch, "lr": lr / 3,
+                       "loss_log": [r for r in log if r["stage"] == "tiny-think"]},
+    }
+    for name, card in cards.items():
+        card["final_loss"] = card["loss_log"][-1]["loss"]
+        (out / name / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+    return cards
+
+
+def _save(model, tok, path: Path) -> None:
+    import torch
+
+    path.mkdir(parents=True, exist_ok=True)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.to(torch.bfloat16).save_pretrained(path, safe_serialization=True)
+    model.to(torch.float32)
+    tok.save_pretrained(path)
