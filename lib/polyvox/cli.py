@@ -89,6 +89,21 @@ def _cmd_grade(args) -> int:
     return 0
 
 
+def _cmd_world(args) -> int:
+    from .world_runs import STAGES, run
+
+    run(args.out, args.scale, args.stages or STAGES, seed=args.seed)
+    print(f"world runs: {args.out}")
+    return 0
+
+
+def _cmd_rl(args) -> int:
+    from .rl import load_config, train
+
+    print(f"adapter: {train(load_config(args.config))}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="polyvox", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -145,6 +160,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("run")
     g.add_argument("--data-dir", default="data")
     g.set_defaults(func=_cmd_grade)
+
+    w = sub.add_parser("world", help="the miniature replication: models, panel RL, evaluations, bands, hill-climbs")
+    w.add_argument("action", choices=["run"])
+    w.add_argument("--out", required=True)
+    w.add_argument("--scale", default="smoke", choices=["smoke", "h200"])
+    w.add_argument("--stages", nargs="*", help="subset of: models panel-rl eval bands hillclimb-panel hillclimb-think")
+    w.add_argument("--seed", type=int, default=0)
+    w.set_defaults(func=_cmd_world)
+
+    rlp = sub.add_parser("rl", help="GRPO with LoRA from a YAML config")
+    rlp.add_argument("--config", required=True)
+    rlp.set_defaults(func=_cmd_rl)
 
     return p
 

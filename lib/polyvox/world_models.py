@@ -7,8 +7,9 @@
   :func:`polyvox.world.pretraining_text` documents packed into fixed-length rows —
   problems with plain, panel-transcript and thinking-notes solutions, plus a share of
   generic "User: … Assistant: …" exchanges with plain answers, the way web text gives
-  base models dialogue without any one instruction format. No document uses the
-  panel prompt.
+  base models dialogue without any one instruction format (half plain answers, a
+  quarter panel transcripts, a quarter thinking notes). No document uses the panel
+  prompt or its instructions: RL has to find the format from the prompt's words.
 - tiny-think: a full fine-tune of tiny-base on chat-formatted thinking solutions,
   loss on the assistant turn only: the stand-in for a post-trained thinking model.
 
@@ -34,7 +35,9 @@ def train_tokenizer(texts: list[str], out: Path, vocab_size: int = 2048):
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    # digits one token each, as Qwen's tokenizer does: arithmetic is learnable digit by digit
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
@@ -53,7 +56,8 @@ def corpus(n_per_level: int, seed: int) -> tuple[list, list[str]]:
     problems = world.generate(n_per_level, seed=seed, split="train")
     docs = world.pretraining_text(problems, seed=seed)
     rng = random.Random(seed + 1)
-    dialog = [f"User: {p.text} Assistant: {world.solution_plain(p)}" for p in rng.sample(problems, len(problems) // 5)]
+    styles = (world.solution_plain, world.solution_plain, world.solution_panel, world.solution_think)
+    dialog = [f"User: {p.text} Assistant: {rng.choice(styles)(p)}" for p in rng.sample(problems, len(problems) // 5)]
     docs += dialog
     rng.shuffle(docs)
     return problems, docs
@@ -94,8 +98,8 @@ def _train(model, batches_fn, steps: int, lr: float, device: str, log: list, lab
         opt.step()
         opt.zero_grad(set_to_none=True)
         if step % 25 == 0 or step == steps - 1:
-            log.append({"stage": label, "step": step, "loss": float(loss)})
-            bar.set_postfix(loss=f"{float(loss):.3f}")
+            log.append({"stage": label, "step": step, "loss": loss.item()})
+            bar.set_postfix(loss=f"{loss.item():.3f}")
     model.eval()
 
 
