@@ -39,7 +39,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import nbformat
 import yaml
 
 CACHE_DIR = Path("_build/.polyvox")
@@ -112,7 +111,7 @@ def resolve_chapter(root: Path, name_or_path: str) -> Chapter:
     raise BookError(f"unknown chapter {name_or_path!r}; chapters: {names}")
 
 
-def declared_inputs(root: Path, nb: nbformat.NotebookNode) -> list[Path]:
+def declared_inputs(root: Path, nb) -> list[Path]:
     globs = nb.metadata.get("polyvox", {}).get("inputs", [])
     files: set[Path] = set()
     for pattern in globs:
@@ -135,6 +134,8 @@ def _library_hash(root: Path) -> str:
 
 
 def cache_key(root: Path, chapter: Chapter, params: dict, library_hash: str | None = None) -> str:
+    import nbformat
+
     nb_bytes = chapter.source.read_bytes()
     nb = nbformat.reads(nb_bytes.decode(), as_version=4)
     h = hashlib.sha256()
@@ -214,6 +215,8 @@ def banner_markdown(corrections: list[dict]) -> str:
 
 def render(executed: Path, target: Path, corrections: list[dict]) -> bool:
     """Write the book copy of an executed notebook; return True if the file changed."""
+    import nbformat
+
     nb = nbformat.read(str(executed), as_version=4)
     for cell in nb.cells:
         tags = cell.metadata.setdefault("tags", [])

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>",
-           "<mutipersonaDebate>", "</mutipersonaDebate>", "<answer>", "</answer>"]
+# chat tokens are special (dropped when decoding); the format tags are ordinary added
+# tokens, as <think> is in Qwen3's tokenizer, so decoded completions keep them
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+TAGS = ["<think>", "</think>", "<mutipersonaDebate>", "</mutipersonaDebate>", "<answer>", "</answer>"]
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -48,6 +50,7 @@ def build_tiny_model(out: str | Path, seed: int = 0, vocab_size: int = 600, hidd
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(corpus(), trainer)
+    tok.add_tokens(TAGS)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                    bos_token=None, additional_special_tokens=SPECIAL[1:])
     fast.chat_template = CHAT_TEMPLATE

@@ -8,8 +8,9 @@
   problems with plain, panel-transcript and thinking-notes solutions, plus a share of
   generic "User: … Assistant: …" exchanges with plain answers, the way web text gives
   base models dialogue without any one instruction format (half plain answers, a
-  quarter panel transcripts, a quarter thinking notes). No document uses the panel
-  prompt or its instructions: RL has to find the format from the prompt's words.
+  quarter panel transcripts, a quarter thinking notes), half of them behind a
+  generic R1-Zero-style conversation preamble. No document uses the panel prompt or
+  its wording about a panel of experts and tags: RL has to find the format.
 - tiny-think: a full fine-tune of tiny-base on chat-formatted thinking solutions,
   loss on the assistant turn only: the stand-in for a post-trained thinking model.
 
@@ -27,7 +28,7 @@ import time
 from pathlib import Path
 
 from . import world
-from .tiny import CHAT_TEMPLATE, SPECIAL
+from .tiny import CHAT_TEMPLATE, SPECIAL, TAGS
 
 
 def train_tokenizer(texts: list[str], out: Path, vocab_size: int = 2048):
@@ -42,6 +43,7 @@ def train_tokenizer(texts: list[str], out: Path, vocab_size: int = 2048):
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(texts, trainer)
+    tok.add_tokens(TAGS)  # ordinary added tokens: decoding keeps them (special tokens are dropped)
     # a base model ends documents with <|endoftext|> (as Qwen3-Base does); tiny-think's
     # tokenizer switches eos to <|im_end|>, the end of a chat turn
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
@@ -51,6 +53,12 @@ def train_tokenizer(texts: list[str], out: Path, vocab_size: int = 2048):
     return fast
 
 
+GENERIC_PREAMBLE = (
+    "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. "
+    "The Assistant first thinks about the reasoning process and then provides the user with the answer."
+)
+
+
 def corpus(n_per_level: int, seed: int) -> tuple[list, list[str]]:
     """Training problems and pretraining documents (plus generic dialogue) for the base model."""
     problems = world.generate(n_per_level, seed=seed, split="train")
@@ -58,6 +66,11 @@ def corpus(n_per_level: int, seed: int) -> tuple[list, list[str]]:
     rng = random.Random(seed + 1)
     styles = (world.solution_plain, world.solution_plain, world.solution_panel, world.solution_think)
     dialog = [f"User: {p.text} Assistant: {rng.choice(styles)(p)}" for p in rng.sample(problems, len(problems) // 5)]
+    # the generic conversation preamble of R1-Zero-style prompts, with any answer style: base
+    # models have met such preambles; without them the panel prompt's long preamble is out of
+    # distribution for a 5M-parameter model and it never writes a valid panel answer
+    dialog += [f"{GENERIC_PREAMBLE} User: {p.text}. Assistant: {rng.choice(styles)(p)}"
+               for p in rng.sample(problems, len(problems) // 5)]
     docs += dialog
     rng.shuffle(docs)
     return problems, docs

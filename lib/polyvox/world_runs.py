@@ -28,9 +28,9 @@ SCALES = {
                   max_tokens=48, eval_per_level=3, eval_n=2, pool_per_level=3, heldout_per_level=2,
                   heldout_samples=1, eval_every=1, lr=2e-4),
     "h200": dict(n_per_level=6000, hidden=256, layers=6, vocab=2048, seq_len=512, batch=128, base_steps=1200,
-                 think_steps=300, lora_rank=32, group=8, prompts=16, stage_steps=(30, 30), climb_steps=40,
-                 max_tokens=320, eval_per_level=40, eval_n=8, pool_per_level=60, heldout_per_level=25,
-                 heldout_samples=4, eval_every=10, lr=2e-4),
+                 think_steps=300, lora_rank=32, group=8, prompts=8, stage_steps=(25, 25), climb_steps=30,
+                 max_tokens=256, eval_per_level=30, eval_n=8, pool_per_level=60, heldout_per_level=25,
+                 heldout_samples=2, eval_every=5, lr=5e-4),
 }
 EVAL_LEVELS = (1, 2, 3, 4, 5, "olympiad")
 POOL_LEVELS = (3, 4, 5, "olympiad")
@@ -157,7 +157,7 @@ def hillclimb(out: Path, scale: str, arm: str, seed: int = 0) -> None:
         if scale != "smoke":
             raise RuntimeError(f"{arm}: empty variance band; nothing to train on")
         band_ids, fallback = list(pool), True  # smoke runs check plumbing: random models have no band
-    heldout = _problems((4, 5, "olympiad"), s["heldout_per_level"], seed + 40, "test")
+    heldout = _problems(POOL_LEVELS, s["heldout_per_level"], seed + 40, "test")
     model, init = ((out / "models/tiny-base", out / "panel-rl/easy/adapter") if arm == "panel"
                    else (out / "models/tiny-think", None))
     cfg = rl.RLConfig(model=str(model), arm=arm, out=str(out / f"hillclimb-{arm}"), init_adapter=str(init) if init else None,
