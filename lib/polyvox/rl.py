@@ -131,6 +131,14 @@ def train(cfg: RLConfig, progress: bool = True) -> Path:
             peft_config = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=0.0,
                                      target_modules="all-linear", task_type="CAUSAL_LM")
         rows = [{"prompt": prompt_for(cfg.arm, p.text, tok), "gold": p.gold, "pid": p.id} for p in stage.problems]
+        if not rows:
+            raise ValueError(f"stage {stage.name}: no problems to train on")
+        if len(rows) < cfg.prompts_per_step:
+            # a band smaller than one step's prompts would give TRL no batch at all (zero steps):
+            # cycle it, and say so in the log
+            append_jsonl(out / "train_log.jsonl", [{"stage": stage.name, "note": f"{len(rows)} problems < "
+                                                    f"{cfg.prompts_per_step} prompts per step: cycled"}])
+            rows = (rows * (cfg.prompts_per_step // len(rows) + 1))[: cfg.prompts_per_step]
         dataset = Dataset.from_list(rows)
         stash: list[dict] = []
 
@@ -181,6 +189,11 @@ def train(cfg: RLConfig, progress: bool = True) -> Path:
         if global_step == 0 and cfg.heldout and not (out / "heldout_trajectory.jsonl").exists():
             _heldout(trainer.model, 0)
         trainer.train()
+        if trainer.state.global_step < stage.steps:
+            write_manifest(out, config=summary, status="no_steps" if trainer.state.global_step == 0 else "short",
+                           finished=now_iso(), device=device,
+                           detail=f"stage {stage.name}: {trainer.state.global_step} of {stage.steps} steps ran")
+            raise RuntimeError(f"stage {stage.name}: TRL ran {trainer.state.global_step} of {stage.steps} steps")
         global_step += stage.steps
         adapter = str(stage_dir / "adapter")
         trainer.model.save_pretrained(adapter, safe_serialization=True)

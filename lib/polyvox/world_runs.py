@@ -28,7 +28,7 @@ SCALES = {
                   max_tokens=48, eval_per_level=3, eval_n=2, pool_per_level=3, heldout_per_level=2,
                   heldout_samples=1, eval_every=1, lr=2e-4),
     "h200": dict(n_per_level=6000, hidden=256, layers=6, vocab=2048, seq_len=512, batch=128, base_steps=1200,
-                 think_steps=300, lora_rank=32, group=8, prompts=8, stage_steps=(25, 25), climb_steps=30,
+                 think_steps=300, lora_rank=32, group=8, prompts=8, stage_steps=(25, 25), climb_steps=20,
                  max_tokens=256, eval_per_level=30, eval_n=8, pool_per_level=60, heldout_per_level=25,
                  heldout_samples=2, eval_every=5, lr=5e-4),
 }
