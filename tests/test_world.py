@@ -1,0 +1,114 @@
+"""The miniature world: generator, rewards, shipped models, and GRPO for real on CPU."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from polyvox import formats, rl, world
+
+
+def test_generator_is_deterministic_and_checked():
+    a = world.generate(20, seed=3)
+    b = world.generate(20, seed=3)
+    assert [p.text for p in a] == [p.text for p in b]
+    assert [p.text for p in a] != [p.text for p in world.generate(20, seed=4)]
+    for p in a:
+        assert eval(p.expression) == p.answer  # noqa: S307 - our own expression
+        value = p.start
+        for s in p.steps:
+            assert s.before == value and s.after > 0
+            value = s.after
+        assert value == p.answer
+
+
+@pytest.mark.parametrize("level,ops", [(1, (1, 1)), (3, (3, 3)), (5, (5, 5)), ("olympiad", (6, 8))])
+def test_levels_have_their_number_of_operations(level, ops):
+    for p in world.generate(30, seed=0, levels=[level]):
+        assert ops[0] <= len(p.steps) <= ops[1]
+
+
+def test_splits_are_disjoint_and_requested_split_is_honoured():
+    train = world.generate(200, seed=1, split="train")
+    test = world.generate(50, seed=2, split="test")
+    assert all(p.split == "train" for p in train) and all(p.split == "test" for p in test)
+    assert not {p.text for p in train} & {p.text for p in test}
+
+
+def test_solution_styles_carry_the_answer_and_formats():
+    p = world.generate(1, seed=0, levels=[4])[0]
+    assert world.solution_plain(p).endswith(f"The answer is {p.answer}.")
+    assert formats.tags_valid(world.solution_panel(p))
+    assert rl.think_valid(world.solution_think(p))
+    for doc in world.pretraining_text(world.generate(30, seed=0)):
+        assert "Multi-Persona Panel" not in doc  # the base never sees the panel prompt
+
+
+REWARDS = [
+    ("panel", "<mutipersonaDebate> E1: 2+2=4 </mutipersonaDebate> <answer>4</answer>", "4", 1.0),
+    ("panel", "<mutipersonaDebate> E1: 2+2=5 </mutipersonaDebate> <answer>5</answer>", "4", 0.0),
+    ("panel", "<answer>4</answer>", "4", 0.8),
+    ("panel", "<mutipersonaDebate>  </mutipersonaDebate> <answer>4</answer>", "4", 0.8),
+    ("panel", "<answer>4</answer> <mutipersonaDebate> x </mutipersonaDebate>", "4", 0.8),
+    ("panel", "The answer is 4.", "4", -0.2),
+    ("panel", "", "4", -0.2),
+    ("think", "<think>2+2=4</think> The answer is \\boxed{4}.", "4", 1.0),
+    ("think", "<think>2+2=4</think> The answer is \\boxed{5}.", "4", 0.0),
+    ("think", "<think>2+2=4 and so on", "4", -0.2),
+    ("think", "The answer is \\boxed{4}.", "4", 0.8),
+    ("think", "<think></think> \\boxed{4}", "4", 0.8),
+]
+
+
+@pytest.mark.parametrize("arm,completion,gold,expected", REWARDS)
+def test_reward_table(arm, completion, gold, expected):
+    assert rl.reward(arm, completion, gold)[0] == pytest.approx(expected)
+
+
+def test_shipped_models_load_and_generate_on_cpu(root):
+    from polyvox.sampling import Request, SamplingParams, TransformersBackend
+
+    p = world.generate(1, seed=9, levels=[1], split="test")[0]
+    base = TransformersBackend(str(root / "data/models/tiny-base"))
+    think = TransformersBackend(str(root / "data/models/tiny-think"))
+    panel = TransformersBackend(str(root / "data/models/tiny-base"),
+                                adapter=str(root / "data/runs/world-panel-rl/hard/adapter"))
+    params = SamplingParams(max_tokens=200, temperature=0.0)
+    [b] = base.generate([Request(formats.panel_prompt(p.text))], params)
+    [t] = think.generate([Request(formats.build_prompt("think", p.text, think.tokenizer).text)], params)
+    [pa] = panel.generate([Request(formats.panel_prompt(p.text))], params)
+    assert b.completion_tokens > 0
+    assert "</think>" in t.text and rl.reward("think", t.text, str(p.answer))[1]  # a level-1 problem, greedy
+    assert formats.tags_valid(pa.text) and rl.reward("panel", pa.text, str(p.answer))[1]
+    card = json.loads((root / "data/models/tiny-base/card.json").read_text())
+    assert card["architecture"] == "Qwen3ForCausalLM" and card["parameters"] < 10_000_000
+
+
+def test_two_grpo_steps_on_cpu_write_logs_and_an_adapter(tmp_path):
+    from polyvox.tiny import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "m")
+    probs = [world.to_problem(p) for p in world.generate(4, seed=0, levels=[1], split="train")]
+    held = [world.to_problem(p) for p in world.generate(1, seed=1, levels=[1], split="test")]
+    cfg = rl.RLConfig(model=str(model), arm="panel", out=str(tmp_path / "rl"), stages=[rl.Stage("easy", probs, 2)],
+                      lora_rank=4, lora_alpha=8, group_size=2, prompts_per_step=2, max_completion_length=8,
+                      eval_every=1, heldout=held, heldout_samples=1)
+    adapter = rl.train(cfg, progress=False)
+    assert (adapter / "adapter_model.safetensors").exists()
+    log = [json.loads(l) for l in (tmp_path / "rl/train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == [1, 2]
+    assert {"reward_mean", "reward_std", "accuracy", "format_valid", "completion_tokens_mean"} <= set(log[0])
+    traj = [json.loads(l) for l in (tmp_path / "rl/heldout_trajectory.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in traj] == [0, 1, 2]
+    assert json.loads((tmp_path / "rl/manifest.json").read_text())["status"] == "complete"
+
+
+def test_replication_chapter_reruns_on_cpu(tmp_path, root):
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "polyvox.cli", "run", "world/replication", "-p", "generate=true",
+                           "-p", f"out={tmp_path / 'world'}", "-p", "embed_problems=6", "--out", str(out)],
+                          cwd=root, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = (out / "replication.ipynb").read_text()
+    assert "a new run at scale" in text and '"ename"' not in text
+    assert (tmp_path / "world/eval/tiny-panel/graded.jsonl").exists()
