@@ -224,6 +224,8 @@ def render(executed: Path, target: Path, corrections: list[dict]) -> bool:
             tags.append("remove-cell")
         elif "parameters" in tags and "hide-cell" not in tags:
             tags.append("hide-cell")
+        elif cell.cell_type == "code" and not tags:
+            tags.append("hide-input")  # the narrative first; the code one click away
     if corrections:
         banner = nbformat.v4.new_markdown_cell(banner_markdown(corrections))
         banner.metadata["tags"] = ["polyvox-corrections"]
