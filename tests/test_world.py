@@ -112,3 +112,30 @@ def test_replication_chapter_reruns_on_cpu(tmp_path, root):
     text = (out / "replication.ipynb").read_text()
     assert "a new run at scale" in text and '"ename"' not in text
     assert (tmp_path / "world/eval/tiny-panel/graded.jsonl").exists()
+
+
+def test_world_rl_config_loads(root):
+    cfg = rl.load_config(root / "configs/rl/world-panel.yaml", data_dir=str(root / "data"))
+    assert [s.name for s in cfg.stages] == ["easy", "hard"] and cfg.stages[0].grading == "aime"
+    assert all(s.problems for s in cfg.stages) and cfg.heldout and cfg.lora_rank == 32
+
+
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b-panel.yaml", "qwen3-4b-panel.yaml"])
+def test_full_scale_configs_need_the_math_training_split(root, tmp_path, name):
+    with pytest.raises(ValueError, match="math_train needs .*not shipped"):
+        rl.load_config(root / "configs/rl" / name, data_dir=str(root / "data"))
+    data = tmp_path / "data"
+    import shutil
+    shutil.copytree(root / "data/benchmarks", data / "benchmarks")
+    (data / "benchmarks/math_train").mkdir()
+    (data / "benchmarks/math_train/train.jsonl").write_text(json.dumps(
+        {"problem": "1+1?", "answer": "2", "level": 1, "subject": "x", "unique_id": "t/1"}) + "\n")
+    cfg = rl.load_config(root / "configs/rl" / name, data_dir=str(data))
+    assert [s.grading for s in cfg.stages] == ["gsm8k", "math"] and cfg.use_vllm and cfg.lora_rank == 32
+
+
+def test_rl_config_rejects_unknown_keys(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: m\narm: panel\nout: o\nlora_rnak: 4\nstages: []\n")
+    with pytest.raises(ValueError, match="unknown keys lora_rnak"):
+        rl.load_config(bad)

@@ -42,8 +42,9 @@ from .records import append_jsonl, now_iso, write_manifest
 @dataclass
 class Stage:
     name: str
-    problems: list  # polyvox.records.Problem (gold = integer string)
+    problems: list  # polyvox.records.Problem
     steps: int
+    grading: str = "aime"  # polyvox.grading task: aime (integer rule, the world), gsm8k, math
 
 
 @dataclass
@@ -67,6 +68,13 @@ class RLConfig:
     heldout: list = field(default_factory=list)  # Problems evaluated every eval_every steps
     heldout_samples: int = 4
     seed: int = 0
+    # full scale: vLLM generation inside the trainer's process ("colocate") and LoRA on MoE
+    # experts, which transformers 5.x stores as fused 3-D parameters (PEFT target_parameters)
+    use_vllm: bool = False
+    vllm_mode: str = "colocate"
+    vllm_gpu_memory_utilization: float = 0.3
+    target_parameters: list | None = None
+    gradient_accumulation_steps: int = 1
 
 
 def think_valid(completion: str) -> bool:
@@ -75,9 +83,9 @@ def think_valid(completion: str) -> bool:
     return bool(closed and think and grading.last_boxed(rest) is not None)
 
 
-def reward(arm: str, completion: str, gold: str, tag_coef: float = 0.2) -> tuple[float, bool, bool]:
-    """(reward, correct, format_valid) for one completion."""
-    correct = grading.grade("aime", completion, gold).correct
+def reward(arm: str, completion: str, gold: str, tag_coef: float = 0.2, task: str = "aime") -> tuple[float, bool, bool]:
+    """(reward, correct, format_valid) for one completion, graded by the given polyvox.grading task."""
+    correct = grading.grade(task, completion, gold).correct
     valid = formats.tags_valid(completion) if arm == "panel" else think_valid(completion)
     return float(correct) + tag_coef * (float(valid) - 1.0), correct, valid
 
@@ -129,7 +137,8 @@ def train(cfg: RLConfig, progress: bool = True) -> Path:
         else:
             model = base
             peft_config = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=0.0,
-                                     target_modules="all-linear", task_type="CAUSAL_LM")
+                                     target_modules="all-linear", target_parameters=cfg.target_parameters,
+                                     task_type="CAUSAL_LM")
         rows = [{"prompt": prompt_for(cfg.arm, p.text, tok), "gold": p.gold, "pid": p.id} for p in stage.problems]
         if not rows:
             raise ValueError(f"stage {stage.name}: no problems to train on")
@@ -143,7 +152,7 @@ def train(cfg: RLConfig, progress: bool = True) -> Path:
         stash: list[dict] = []
 
         def reward_fn(prompts, completions, gold, completion_ids=None, **kw):
-            rs = [reward(cfg.arm, c, g, cfg.tag_coef) for c, g in zip(completions, gold)]
+            rs = [reward(cfg.arm, c, g, cfg.tag_coef, stage.grading) for c, g in zip(completions, gold)]
             lengths = [len(ids) for ids in completion_ids] if completion_ids is not None else \
                 [len(tok(c, add_special_tokens=False)["input_ids"]) for c in completions]
             r = np.array([x[0] for x in rs])
@@ -183,6 +192,8 @@ def train(cfg: RLConfig, progress: bool = True) -> Path:
             save_steps=cfg.save_every, report_to=[], seed=cfg.seed, bf16=device == "cuda",
             disable_tqdm=not progress, lr_scheduler_type="constant", warmup_steps=0,
             gradient_checkpointing=False, use_cpu=device == "cpu",
+            gradient_accumulation_steps=cfg.gradient_accumulation_steps, use_vllm=cfg.use_vllm,
+            vllm_mode=cfg.vllm_mode, vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
         )
         trainer = GRPOTrainer(model=model, reward_funcs=reward_fn, args=args, train_dataset=dataset,
                               processing_class=tok, peft_config=peft_config, callbacks=[Logger()])
@@ -205,23 +216,35 @@ def train(cfg: RLConfig, progress: bool = True) -> Path:
     return Path(adapter)
 
 
-def load_config(path: str | Path) -> RLConfig:
-    """YAML config: model, arm, out, stages: [{name, task/world levels, n, steps}], other RLConfig fields."""
+def _stage_problems(spec: dict, data_dir: str) -> tuple[list, str]:
+    """Problems and grading task for a stage: world levels, or a benchmark task by name."""
+    from . import tasks, world
+
+    if "task" in spec:
+        filters = {k: spec[k] for k in ("level", "limit", "ids") if k in spec}
+        return tasks.load(spec["task"], data_dir, **filters), tasks.GRADING_TASK[spec["task"]]
+    probs = world.generate(spec.get("n_per_level", 200), seed=spec.get("seed", 0), levels=spec.get("levels", [1, 2]),
+                           split=spec.get("split", "train"))
+    return [world.to_problem(p) for p in probs], "aime"
+
+
+def load_config(path: str | Path, data_dir: str = "data") -> RLConfig:
+    """YAML config: RLConfig fields, plus ``stages`` (each: name, steps, and either world
+    ``levels``/``n_per_level`` or a benchmark ``task`` with ``level``/``limit``) and an optional
+    ``heldout`` spec of the same shape. Unknown keys are an error naming the file."""
+    import dataclasses
+
     import yaml
 
-    from . import world
-
     raw = yaml.safe_load(Path(path).read_text())
+    known = {f.name for f in dataclasses.fields(RLConfig)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     stages = []
-    for s in raw.pop("stages"):
-        levels = s.get("levels", [1, 2])
-        probs = [world.to_problem(p) for p in world.generate(s.get("n_per_level", 200), seed=s.get("seed", 0),
-                                                                 levels=levels, split="train")]
-        stages.append(Stage(s["name"], probs, int(s["steps"])))
+    for spec in raw.pop("stages"):
+        probs, task = _stage_problems(spec, data_dir)
+        stages.append(Stage(spec["name"], probs, int(spec["steps"]), spec.get("grading", task)))
     held = raw.pop("heldout", None)
-    heldout = []
-    if held:
-        heldout = [world.to_problem(p) for p in world.generate(held.get("n_per_level", 25), seed=held.get("seed", 1),
-                                                                  levels=held.get("levels", [3, 4, 5, "olympiad"]),
-                                                                  split="test")]
+    heldout = _stage_problems({"split": "test", **held}, data_dir)[0] if held else []
     return RLConfig(stages=stages, heldout=heldout, **raw)

@@ -8,6 +8,9 @@ Names
   study's subset, the first 10 rows of each year (ids ``2024_0`` … ``2025_9``).
 - ``gsm8k``, ``gsmhard``: gold is the final number (GSM-Hard's may be a float).
 - ``olympiad`` (the 877-problem pool) and ``olympiad_heldout`` (100 problems).
+- ``math_train``: the MATH training split for RL stages, read from
+  ``data/benchmarks/math_train/train.jsonl`` (MATH-500's fields). It is not shipped (the
+  book needs only evaluation sets); training on ``math500`` would train on the evaluation set.
 
 ``load(name, data_dir="data", limit=None, **filters)``; an unknown name raises
 ValueError listing the valid ones.
@@ -21,7 +24,7 @@ import numpy as np
 
 from .records import Problem, read_jsonl
 
-GRADING_TASK = {"math500": "math", "math500_slice50": "math", "aime2024": "aime", "aime2025": "aime",
+GRADING_TASK = {"math_train": "math", "math500": "math", "math500_slice50": "math", "aime2024": "aime", "aime2025": "aime",
                 "aime_panel": "aime", "gsm8k": "gsm8k", "gsmhard": "gsmhard", "olympiad": "math",
                 "olympiad_heldout": "math"}
 NAMES = tuple(GRADING_TASK)
@@ -73,6 +76,14 @@ def load(name: str, data_dir="data", limit: int | None = None, level=None, per_l
         raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(NAMES)}")
     if name == "math500":
         problems = _math500(data_dir)
+    elif name == "math_train":
+        path = Path(data_dir) / "benchmarks/math_train/train.jsonl"
+        if not path.exists():
+            raise ValueError(f"task math_train needs {path} (the MATH training split, MATH-500's fields: problem, "
+                             "answer, level, subject, unique_id); it is not shipped with the book")
+        rows = read_jsonl(path)
+        problems = [Problem(r["unique_id"], r["problem"], str(r["answer"]),
+                            {"level": int(r["level"]), "subject": r.get("subject", "")}) for r in rows]
     elif name == "math500_slice50":
         problems = stratified_slice(_math500(data_dir), per_level, seed)
     elif name in ("aime2024", "aime2025"):
