@@ -37,24 +37,35 @@ def corpus() -> list[str]:
     return lines
 
 
-def build_tiny_model(out: str | Path, seed: int = 0, vocab_size: int = 600, hidden: int = 64, layers: int = 2) -> Path:
-    import torch
+def train_tokenizer(texts: list[str], out: str | Path | None = None, vocab_size: int = 600,
+                    eos: str = "<|im_end|>"):
+    """Byte-level BPE on texts, digits one token each (as Qwen's), chat tokens special, tags ordinary."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+    from transformers import PreTrainedTokenizerFast
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(corpus(), trainer)
-    tok.add_tokens(TAGS)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                   bos_token=None, additional_special_tokens=SPECIAL[1:])
+    tok.train_from_iterator(texts, trainer)
+    tok.add_tokens(TAGS)  # ordinary added tokens: decoding keeps them (special tokens are dropped)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos, pad_token="<|endoftext|>",
+                                   additional_special_tokens=SPECIAL[1:])
     fast.chat_template = CHAT_TEMPLATE
-    fast.save_pretrained(out)
+    if out is not None:
+        fast.save_pretrained(out)
+    return fast
+
+
+def build_tiny_model(out: str | Path, seed: int = 0, vocab_size: int = 600, hidden: int = 64, layers: int = 2) -> Path:
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    fast = train_tokenizer(corpus(), out, vocab_size)
     torch.manual_seed(seed)
     cfg = Qwen3Config(vocab_size=len(fast), hidden_size=hidden, intermediate_size=hidden * 2,
                       num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2, head_dim=hidden // 4,

@@ -1,8 +1,9 @@
 """Train the miniature world's tokenizer and models: tiny-base (pretrained) and tiny-think (fine-tuned).
 
-- Tokenizer: byte-level BPE trained with ``tokenizers`` on world text, with the chat
-  tokens and the format tags as special tokens, and a Qwen-style chat template that
-  honours ``enable_thinking`` (False inserts an empty think block, as Qwen3 does).
+- Tokenizer (:func:`polyvox.tiny.train_tokenizer`): byte-level BPE trained with
+  ``tokenizers`` on world text, digits one token each, the chat tokens special and the
+  format tags ordinary added tokens (so decoded completions keep them), and a Qwen-style
+  chat template that honours ``enable_thinking``.
 - tiny-base: a Qwen3-architecture causal LM trained from scratch on
   :func:`polyvox.world.pretraining_text` documents packed into fixed-length rows —
   problems with plain, panel-transcript and thinking-notes solutions, plus a share of
@@ -28,29 +29,7 @@ import time
 from pathlib import Path
 
 from . import world
-from .tiny import CHAT_TEMPLATE, SPECIAL, TAGS
-
-
-def train_tokenizer(texts: list[str], out: Path, vocab_size: int = 2048):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    # digits one token each, as Qwen's tokenizer does: arithmetic is learnable digit by digit
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
-                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(texts, trainer)
-    tok.add_tokens(TAGS)  # ordinary added tokens: decoding keeps them (special tokens are dropped)
-    # a base model ends documents with <|endoftext|> (as Qwen3-Base does); tiny-think's
-    # tokenizer switches eos to <|im_end|>, the end of a chat turn
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
-                                   additional_special_tokens=SPECIAL[1:])
-    fast.chat_template = CHAT_TEMPLATE
-    fast.save_pretrained(out)
-    return fast
+from .tiny import train_tokenizer
 
 
 GENERIC_PREAMBLE = (
@@ -130,7 +109,9 @@ def build(out: str | Path, seed: int = 0, n_per_level: int = 4000, hidden: int =
     t0 = time.time()
     problems, docs = corpus(n_per_level, seed)
     base_dir, think_dir = out / "tiny-base", out / "tiny-think"
-    tok = train_tokenizer(docs[:20000], base_dir, vocab_size)
+    # a base model ends documents with <|endoftext|> (as Qwen3-Base does); tiny-think's
+    # tokenizer switches eos to <|im_end|>, the end of a chat turn
+    tok = train_tokenizer(docs[:20000], base_dir, vocab_size, eos="<|endoftext|>")
     data = _pack(tok, docs, seq_len)
     cfg = Qwen3Config(vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 3, num_hidden_layers=layers,
                       num_attention_heads=max(1, hidden // 64), num_key_value_heads=max(1, hidden // 128),
