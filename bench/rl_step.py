@@ -32,7 +32,7 @@ def main():
     args = ap.parse_args()
 
     from datasets import Dataset
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 

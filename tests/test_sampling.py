@@ -1,16 +1,14 @@
 """Sampling with real parts: a tiny Qwen3 model built here, loaded with from_pretrained."""
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from polyvox import formats
-from polyvox.records import RecordError, Sample, read_jsonl
+from polyvox.records import Sample, read_jsonl
 from polyvox.rollouts import grade_run
 from polyvox.sampling import Request, SamplingParams, TransformersBackend, vllm_sampling_kwargs
 from polyvox.tiny import build_tiny_model

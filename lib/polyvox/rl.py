@@ -28,7 +28,6 @@ every ``eval_every`` steps a held-out evaluation line; adapters are saved every
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path

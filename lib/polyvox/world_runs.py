@@ -17,7 +17,6 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
 
 from . import metrics, rl, world
 from .records import GradedSample, Sample, append_jsonl, now_iso, read_json, write_manifest
