@@ -103,3 +103,12 @@ def test_qa_f1_and_extractors():
 def test_unknown_task_lists_valid_ones():
     with pytest.raises(ValueError, match="tasks: math, aime"):
         grade("chess", "x", "y")
+
+
+def test_pathological_item_gets_a_verdict_and_does_not_stop_the_batch():
+    import time
+
+    t0 = time.perf_counter()
+    got = grade_many("math", [r"\boxed{9^{9^{9^{9}}}}", r"\boxed{2}"], ["1", "2"], workers=1, chunk=1, item_timeout_s=3)
+    assert [g.correct for g in got] == [False, True]
+    assert time.perf_counter() - t0 < 60  # math-verify's own 5 s limit, in a worker process
