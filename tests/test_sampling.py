@@ -143,3 +143,21 @@ def test_accuracy_and_length_chapters_rerun_with_generate_on_a_tiny_model(tiny, 
                              "--out", str(tmp_path / "len")], cwd=root, capture_output=True, text=True)
     assert length.returncode == 0, length.stderr
     assert "tokens per correct" in (tmp_path / "len" / "length.ipynb").read_text()
+
+
+def test_a_run_with_an_adapter_resumes_and_a_changed_adapter_is_refused(tiny, lora, tmp_path, root):
+    import shutil
+
+    adapter = tmp_path / "lora"
+    shutil.copytree(lora, adapter)
+    out = tmp_path / "run"
+    cmd = _sample_cmd(tiny, out, n=1, limit=1) + ["--adapter", str(adapter)]
+    assert subprocess.run(cmd, cwd=root, capture_output=True).returncode == 0
+    again = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert len(read_jsonl(out / "rollouts.jsonl", Sample)) == 1
+    cfg = json.loads((adapter / "adapter_config.json").read_text())
+    cfg["lora_alpha"] = cfg["lora_alpha"] * 2  # same path, other adapter
+    (adapter / "adapter_config.json").write_text(json.dumps(cfg))
+    refused = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
+    assert refused.returncode == 1 and "other settings (adapter_sha256)" in refused.stderr

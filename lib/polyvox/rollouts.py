@@ -62,6 +62,10 @@ def sample_run(out: str | Path, task: str, fmt: str, backend: Backend, n: int, p
                 "nshards": nshards, "model": model, "adapter": adapter, "backend": backend.name,
                 "sampling": asdict(params), "task_filters": task_filters or {},
                 "problems_sha256": tasks.problem_hash(problems)}
+    if adapter:
+        from .records import sha256_tree
+
+        settings["adapter_sha256"] = sha256_tree(adapter)  # a changed adapter is a different run
     manifest_path = out / "manifest.json"
     if manifest_path.exists():
         old = read_json(manifest_path).get("settings")
@@ -69,10 +73,6 @@ def sample_run(out: str | Path, task: str, fmt: str, backend: Backend, n: int, p
             changed = sorted(k for k in settings if old.get(k) != json.loads(json.dumps(settings))[k])
             raise ValueError(f"{out}: holds a run with other settings ({', '.join(changed)}); "
                              "use a new --out folder")
-    if adapter:
-        from .records import sha256_tree
-
-        settings["adapter_sha256"] = sha256_tree(adapter)
     started = now_iso()
     write_manifest(out, settings=settings, started=started, status="running")
     done = _existing(out)
