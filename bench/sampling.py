@@ -55,6 +55,7 @@ def main():
     model_dir = args.model or build_tiny_model(Path(tempfile.mkdtemp()) / "m", seed=0, hidden=512, layers=8)
     backend = TransformersBackend(str(model_dir), batch_size=args.batch_size)
     model, tok = backend.model, backend.tokenizer
+    tok.padding_side = "left"  # the raw baselines pad as polyvox does
     n_params = sum(p.numel() for p in model.parameters())
     problems = tasks.load("gsm8k", ROOT / "data", limit=args.prompts)
     prompts = [formats.panel_prompt(p.text) for p in problems]

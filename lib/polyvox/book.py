@@ -345,19 +345,13 @@ def run_chapter(name_or_path: str, params: dict, out: os.PathLike | str | None =
     params = dict(params)
     if "run_dir" in declared and "run_dir" not in params:
         params["run_dir"] = str(out)
-    started = now_iso()
-    executed = out / ch.source.name
-    write_manifest(out, chapter=ch.name, notebook=str(ch.source.relative_to(root)),
-                   notebook_sha256=sha256_file(ch.source), parameters=params, started=started,
-                   status="running")
+    record = {"chapter": ch.name, "notebook": str(ch.source.relative_to(root)),
+              "notebook_sha256": sha256_file(ch.source), "parameters": params, "started": now_iso()}
+    write_manifest(out, **record, status="running")
     try:
-        execute(ch, params, executed, root)
+        execute(ch, params, out / ch.source.name, root)
     except BookError:
-        write_manifest(out, chapter=ch.name, notebook=str(ch.source.relative_to(root)),
-                       notebook_sha256=sha256_file(ch.source), parameters=params, started=started,
-                       finished=now_iso(), status="failed")
+        write_manifest(out, **record, finished=now_iso(), status="failed")
         raise
-    write_manifest(out, chapter=ch.name, notebook=str(ch.source.relative_to(root)),
-                   notebook_sha256=sha256_file(ch.source), parameters=params, started=started,
-                   finished=now_iso(), status="ok")
+    write_manifest(out, **record, finished=now_iso(), status="ok")
     return out

@@ -185,7 +185,8 @@ def train(cfg: RLConfig, progress: bool = True) -> Path:
 
         args = GRPOConfig(
             output_dir=str(stage_dir), max_steps=stage.steps, learning_rate=cfg.learning_rate,
-            per_device_train_batch_size=cfg.group_size * cfg.prompts_per_step // max(1, torch.cuda.device_count() or 1),
+            # one process: each step is prompts_per_step groups of group_size completions
+            per_device_train_batch_size=cfg.group_size * cfg.prompts_per_step,
             num_generations=cfg.group_size, max_completion_length=cfg.max_completion_length,
             temperature=cfg.temperature, beta=cfg.beta, logging_steps=1, save_strategy="steps",
             save_steps=cfg.save_every, report_to=[], seed=cfg.seed, bf16=device == "cuda",

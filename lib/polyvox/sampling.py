@@ -77,7 +77,6 @@ class TransformersBackend:
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if self.device == "cuda" else torch.float32)
         self.tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=False)
-        self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model = AutoModelForCausalLM.from_pretrained(model, dtype=torch_dtype, trust_remote_code=False,

@@ -179,13 +179,9 @@ def run(out: str | Path, scale: str = "smoke", stages=STAGES, seed: int = 0) -> 
            "hillclimb-panel": lambda o, sc, seed: hillclimb(o, sc, "panel", seed),
            "hillclimb-think": lambda o, sc, seed: hillclimb(o, sc, "think", seed)}
     for stage in stages:
-        marker = out / stage
-        if stage in ("eval", "bands"):
-            if (marker / ".complete").exists():
-                continue
-        elif _done(marker):
+        if _done(out / stage):
             continue
         fns[stage](out, scale, seed)
-        if stage in ("eval", "bands"):
-            (marker / ".complete").write_text(now_iso())
+        if stage in ("eval", "bands"):  # the other stages write their own manifest
+            write_manifest(out / stage, status="complete", scale=scale, seed=seed, finished=now_iso())
     return out
