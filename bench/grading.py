@@ -17,7 +17,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "lib"))
-from polyvox import grading, published, tasks  # noqa: E402
+from polyvox import grading, tasks  # noqa: E402
+from polyvox.studies.panel import published  # noqa: E402
 
 
 def corpus(n: int):

@@ -36,8 +36,9 @@ def main():
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from polyvox import formats, world
-    from polyvox.tiny import build_tiny_model
+    from polyvox import formats
+    from polyvox.studies.world import problems as world
+    from polyvox.testing import build_tiny_model
 
     model_dir = args.model or build_tiny_model(Path(tempfile.mkdtemp()) / "m", seed=0, hidden=512, layers=8)
     device = "cuda" if torch.cuda.is_available() else "cpu"

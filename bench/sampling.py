@@ -30,8 +30,9 @@ sys.path.insert(0, str(ROOT / "lib"))
 import torch  # noqa: E402
 
 from polyvox import formats, tasks  # noqa: E402
-from polyvox.sampling import Request, SamplingParams, TransformersBackend  # noqa: E402
-from polyvox.tiny import build_tiny_model  # noqa: E402
+from polyvox.backends import Request, SamplingParams  # noqa: E402
+from polyvox.backends.hf import TransformersBackend  # noqa: E402
+from polyvox.testing import build_tiny_model  # noqa: E402
 
 
 def count_tokens(rows, eos):

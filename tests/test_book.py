@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 
 def copy_book(root: Path, dest: Path) -> Path:
-    for name in ("_config.yml", "_toc.yml"):
+    for name in ("_config.yml", "_toc.yml", "requirements.lock"):
         shutil.copy(root / name, dest / name)
     for name in ("notebooks", "data"):
         shutil.copytree(root / name, dest / name)

@@ -100,8 +100,8 @@ def test_qa_f1_and_extractors():
     assert answer_body("<answer>a</answer> <answer> b </answer>") == "b"
 
 
-def test_unknown_task_lists_valid_ones():
-    with pytest.raises(ValueError, match="tasks: math, aime"):
+def test_unknown_grader_lists_valid_ones():
+    with pytest.raises(ValueError, match="graders: aime, gsm8k, gsmhard, integer, math, qa"):
         grade("chess", "x", "y")
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from polyvox.records import Sample, read_jsonl
-from polyvox.sampling import OpenAIBackend, Request, SamplingParams
-from polyvox.tiny import build_tiny_model
+from polyvox.backends import Request, SamplingParams
+from polyvox.backends.openai import OpenAIBackend
 
 
 def free_port() -> int:
@@ -31,8 +31,8 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    model = build_tiny_model(tmp_path_factory.mktemp("served"), seed=1)
+def server(tiny):
+    model = tiny
     port = free_port()
     exe = Path(sys.executable).parent / "transformers"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -58,9 +58,10 @@ def server(tmp_path_factory):
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_completions_and_chat(server):
     url, model = server
-    backend = OpenAIBackend(url, model, api_key_env=None, concurrency=2)
+    backend = OpenAIBackend(model, base_url=url, api_key_env=None, concurrency=2)
     params = SamplingParams(max_tokens=6, temperature=1.0)
     outs = backend.generate([Request("What is 2 plus 2?", seed=1), Request("What is 3 plus 3?", seed=2),
                              Request("hello", seed=3, chat=True)], params)
@@ -70,6 +71,7 @@ def test_completions_and_chat(server):
         assert c.finish_reason in ("stop", "length") and c.latency_s > 0
 
 
+@pytest.mark.slow
 def test_polyvox_sample_through_the_server(server, tmp_path, root):
     url, model = server
     out = tmp_path / "run"
@@ -88,8 +90,11 @@ class Flaky(http.server.BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers["Content-Length"]))
         Flaky.seen_auth.append(self.headers.get("Authorization"))
         if Flaky.failures:
+            body = f"rejected: {self.headers.get('Authorization')}".encode()  # a server that echoes the key
             self.send_response(Flaky.failures.pop(0))
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
+            self.wfile.write(body)
             return
         body = json.dumps({"choices": [{"text": "ok", "finish_reason": "stop"}],
                            "usage": {"prompt_tokens": 3, "completion_tokens": 1}}).encode()
@@ -103,19 +108,58 @@ class Flaky(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class Recording(http.server.BaseHTTPRequestHandler):
+    """Answers every request and keeps each (path, payload) it was sent."""
+    seen: list = []
+
+    def do_POST(self):  # noqa: N802
+        payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        Recording.seen.append((self.path, payload))
+        choice = {"message": {"content": "ok"}} if "messages" in payload else {"text": "ok"}
+        body = json.dumps({"choices": [{**choice, "finish_reason": "stop"}],
+                           "usage": {"prompt_tokens": 3, "completion_tokens": 1}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_formats_send_different_requests():
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recording)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        backend = OpenAIBackend("m", base_url=f"http://127.0.0.1:{srv.server_port}", api_key_env=None)
+        prompts = {f: backend.prompt(f, "What is 2 plus 2?") for f in ("panel", "think", "plain")}
+        for p in prompts.values():
+            backend.generate([Request.of(p, 1)], SamplingParams(max_tokens=2, stop=p.stop))
+        (p_path, p_body), (t_path, t_body), (n_path, n_body) = Recording.seen
+        assert p_path == "/v1/completions" and "Multi-Persona Panel" in p_body["prompt"]
+        assert p_body["stop"] == ["</answer>"]
+        assert t_path == n_path == "/v1/chat/completions"
+        assert t_body["chat_template_kwargs"] == {"enable_thinking": True}
+        assert n_body["chat_template_kwargs"] == {"enable_thinking": False}
+        assert Request.of(prompts["think"], 1).hash() != Request.of(prompts["plain"], 1).hash()
+    finally:
+        srv.shutdown()
+
+
 def test_retries_on_503_and_429_and_reads_key_from_env(monkeypatch):
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         monkeypatch.setenv("POLYVOX_TEST_KEY", "secret-value")
-        backend = OpenAIBackend(f"http://127.0.0.1:{srv.server_port}", "m", api_key_env="POLYVOX_TEST_KEY",
+        backend = OpenAIBackend("m", base_url=f"http://127.0.0.1:{srv.server_port}", api_key_env="POLYVOX_TEST_KEY",
                                 backoff_s=0.01, concurrency=1)
         [c] = backend.generate([Request("hi")], SamplingParams(max_tokens=2))
         assert c.text == "ok" and c.completion_tokens == 1
         assert Flaky.seen_auth == ["Bearer secret-value"] * 3
         Flaky.failures = [500] * 10
-        with pytest.raises(RuntimeError, match="HTTP 500"):
-            OpenAIBackend(f"http://127.0.0.1:{srv.server_port}", "m", api_key_env=None, backoff_s=0.001,
-                          max_retries=2).generate([Request("hi")], SamplingParams(max_tokens=2))
+        with pytest.raises(RuntimeError, match="HTTP 500") as err:
+            OpenAIBackend("m", base_url=f"http://127.0.0.1:{srv.server_port}", api_key_env="POLYVOX_TEST_KEY",
+                          backoff_s=0.001, max_retries=2).generate([Request("hi")], SamplingParams(max_tokens=2))
+        assert "secret-value" not in str(err.value) and "rejected: Bearer <redacted>" in str(err.value)
     finally:
         srv.shutdown()

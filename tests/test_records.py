@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from polyvox import published
+from polyvox.studies.panel import published
 from polyvox.records import (Sample, RecordError, append_jsonl, read_jsonl, repair_truncated_tail, scrub,
                              write_manifest)
 
@@ -56,11 +56,39 @@ def test_truncated_tail_is_tolerated_only_when_asked(tmp_path):
     assert len(read_jsonl(path, Sample)) == 1
 
 
+def test_repair_truncates_in_place_and_keeps_a_whole_last_record(tmp_path):
+    path = tmp_path / "r.jsonl"
+    body = "".join(json.dumps(sample(i)) + "\n" for i in range(3))
+    path.write_text(body + json.dumps(sample(3)))  # whole record, newline missing
+    assert not repair_truncated_tail(path)
+    assert len(read_jsonl(path, Sample)) == 4 and path.read_text().endswith("\n")
+    path.write_text(body + '{"problem_id": "p3", "sam')
+    assert repair_truncated_tail(path) and path.read_text() == body
+    path.write_text('{"problem_id": "p0", "sa')  # a torn first line
+    assert repair_truncated_tail(path) and path.read_text() == ""
+
+
 def test_manifest_never_holds_secrets(tmp_path):
     write_manifest(tmp_path, parameters={"api_key": "sk-abc", "api_key_env": "OPENAI_API_KEY", "n": 3})
     text = (tmp_path / "manifest.json").read_text()
     assert "sk-abc" not in text and "OPENAI_API_KEY" in text and "versions" in text
     assert scrub({"nested": {"token": "t"}}) == {"nested": {"token": "<redacted>"}}
+
+
+@pytest.mark.parametrize("key,value,redacted", [
+    ("api_key", "abc", True), ("OPENAI_API_KEY", "abc", True), ("hf_token", "abc", True), ("token", "abc", True),
+    ("access_token", "abc", True), ("client_secret", "abc", True), ("password", "abc", True),
+    ("authorization", "abc", True), ("aws_secret_access_key", "abc", True),
+    ("eos_token", "<|im_end|>", False), ("pad_token", "<|endoftext|>", False), ("cache_key", "9f2c", False),
+    ("max_tokens", 512, False), ("api_key_env", "OPENAI_API_KEY", False), ("completion_tokens", 7, False),
+    ("note", "key sk-abcdefghijklmnopqrstuv here", True), ("header", "Bearer abc.def-123456", True),
+    ("model", "hf_abcdefghijklmnopqrstuvwxyz012345", True), ("model", "Qwen/Qwen3-4B", False),
+])
+def test_scrub_redacts_credentials_not_tokenizer_settings(key, value, redacted):
+    out = scrub({"outer": [{key: value}]})["outer"][0][key]
+    assert (out != value) == redacted
+    if redacted:
+        assert "<redacted>" in out
 
 
 def test_published_loader_reports_bad_row(tmp_path):

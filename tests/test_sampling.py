@@ -9,31 +9,11 @@ import pytest
 
 from polyvox import formats
 from polyvox.records import Sample, read_jsonl
-from polyvox.rollouts import grade_run
-from polyvox.sampling import Request, SamplingParams, TransformersBackend, vllm_sampling_kwargs
-from polyvox.tiny import build_tiny_model
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0)
-
-
-@pytest.fixture(scope="module")
-def lora(tiny, tmp_path_factory):
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(tiny)
-    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
-    with torch.no_grad():  # move B off zero so the adapter changes outputs
-        for name, p in peft_model.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.5)
-    out = tmp_path_factory.mktemp("lora")
-    peft_model.save_pretrained(out)
-    return out
+from polyvox.backends import Request, SamplingParams
+from polyvox.backends.hf import TransformersBackend
+from polyvox.backends.vllm import vllm_sampling_kwargs
+from polyvox.runs import grade
+from polyvox.testing import build_tiny_model
 
 
 def _generate(backend, n=4, max_tokens=16):
@@ -72,6 +52,7 @@ def _sample_cmd(model, out, n=3, limit=4, chunk=2):
             "--chunk", str(chunk), "--batch-size", "2", "--out", str(out)]
 
 
+@pytest.mark.slow
 def test_sigkill_then_rerun_gives_every_key_once(tiny, tmp_path, root):
     out = tmp_path / "run"
     proc = subprocess.Popen(_sample_cmd(tiny, out), cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -94,10 +75,11 @@ def test_sigkill_then_rerun_gives_every_key_once(tiny, tmp_path, root):
     assert other.returncode == 1 and "other settings (n)" in other.stderr
 
 
+@pytest.mark.slow
 def test_grade_run_and_malformed_line(tiny, tmp_path, root):
     out = tmp_path / "run"
     assert subprocess.run(_sample_cmd(tiny, out, n=1, limit=2), cwd=root, capture_output=True).returncode == 0
-    graded = grade_run(out)
+    graded = grade(out)
     assert len(read_jsonl(graded)) == 2
     lines = (out / "rollouts.jsonl").read_text().splitlines()
     (out / "rollouts.jsonl").write_text(lines[0] + "\n{oops\n")
@@ -118,12 +100,13 @@ def test_vllm_backend_says_what_is_missing():
         pytest.skip("vLLM is installed; this checks the message on hosts without it")
     except ImportError:
         pass
-    from polyvox.sampling import VLLMBackend
+    from polyvox.backends.vllm import VLLMBackend
 
     with pytest.raises(ImportError, match="requirements-gpu.txt"):
         VLLMBackend("x")
 
 
+@pytest.mark.slow
 def test_accuracy_and_length_chapters_rerun_with_generate_on_a_tiny_model(tiny, tmp_path, root):
     out = tmp_path / "acc"
     cmd = [sys.executable, "-m", "polyvox.cli", "run", "panel/accuracy", "-p", "generate=true",
@@ -145,6 +128,7 @@ def test_accuracy_and_length_chapters_rerun_with_generate_on_a_tiny_model(tiny, 
     assert "tokens per correct" in (tmp_path / "len" / "length.ipynb").read_text()
 
 
+@pytest.mark.slow
 def test_a_run_with_an_adapter_resumes_and_a_changed_adapter_is_refused(tiny, lora, tmp_path, root):
     import shutil
 

@@ -53,44 +53,37 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_sample(args) -> int:
-    from .rollouts import sample_run
-    from .sampling import SamplingParams, make_backend
+    from .backends import SamplingParams, accepted_options, make_backend
+    from .runs import sample
 
-    kwargs = {}
-    if args.backend == "openai":
-        kwargs = {"base_url": args.base_url, "api_key_env": args.api_key_env, "concurrency": args.concurrency}
-    elif args.backend == "transformers":
-        kwargs = {"batch_size": args.batch_size}
-    backend = make_backend(args.backend, args.model, args.adapter, **kwargs)
-    tokenizer = getattr(backend, "tokenizer", None)
-    if tokenizer is None and args.format != "panel" and args.backend == "vllm":
-        tokenizer = backend.llm.get_tokenizer()
-    filters = {"level": args.level} if args.level is not None else {}
-    out = sample_run(args.out, args.task, args.format, backend, args.n,
-                     SamplingParams(args.max_tokens, args.temperature, args.top_p), seed=args.seed,
-                     limit=args.limit, shard=args.shard, nshards=args.nshards, data_dir=args.data_dir,
-                     model=args.model, adapter=args.adapter, tokenizer=tokenizer, chunk=args.chunk,
-                     task_filters=filters)
+    options = accepted_options(args.backend, batch_size=args.batch_size, base_url=args.base_url,
+                               api_key_env=args.api_key_env, concurrency=args.concurrency)
+    backend = make_backend(args.backend, args.model, args.adapter, **options)
+    task_options = {"level": args.level} if args.level is not None else {}
+    out = sample(args.out, args.task, args.format, backend, args.n,
+                 SamplingParams(args.max_tokens, args.temperature, args.top_p), seed=args.seed,
+                 limit=args.limit, shard=args.shard, nshards=args.nshards, data_dir=args.data_dir,
+                 chunk=args.chunk, task_options=task_options, cache=args.cache)
     print(f"rollouts: {out / 'rollouts.jsonl'}")
     return 0
 
 
 def _cmd_merge(args) -> int:
-    from .rollouts import merge
+    from .runs import merge
 
     print(f"merged: {merge(args.shards, args.out) / 'rollouts.jsonl'}")
     return 0
 
 
 def _cmd_grade(args) -> int:
-    from .rollouts import grade_run
+    from .runs import grade
 
-    print(f"graded: {grade_run(args.run, args.data_dir)}")
+    print(f"graded: {grade(args.run, args.data_dir)}")
     return 0
 
 
 def _cmd_world(args) -> int:
-    from .world_runs import STAGES, run
+    from .studies.world.pipeline import STAGES, run
 
     run(args.out, args.scale, args.stages or STAGES, seed=args.seed)
     print(f"world runs: {args.out}")
@@ -98,13 +91,15 @@ def _cmd_world(args) -> int:
 
 
 def _cmd_rl(args) -> int:
-    from .rl import load_config, train
+    from .train.grpo import load_config, train
 
     print(f"adapter: {train(load_config(args.config))}")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import studies  # noqa: F401 - registers the studies' tasks (world) before choices are listed
+
     p = argparse.ArgumentParser(prog="polyvox", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -123,23 +118,23 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", help="run folder (default runs/<chapter>-<time>)")
     r.set_defaults(func=_cmd_run)
 
+    from .backends import BACKENDS
     from .formats import FORMATS
-    from .sampling import BACKENDS
-    from .tasks import NAMES
+    from .tasks import TASKS
 
     s = sub.add_parser("sample", help="sample completions into a resumable run folder")
-    s.add_argument("--task", required=True, choices=NAMES)
+    s.add_argument("--task", required=True, choices=sorted(TASKS))
     s.add_argument("--format", required=True, choices=FORMATS)
     s.add_argument("--model", required=True, help="path or hub id (openai: the served model name)")
     s.add_argument("--adapter", help="PEFT LoRA folder (safetensors)")
-    s.add_argument("--backend", default="transformers", choices=BACKENDS)
+    s.add_argument("--backend", default="transformers", choices=sorted(BACKENDS))
     s.add_argument("--n", type=int, default=1, help="samples per problem")
     s.add_argument("--max-tokens", type=int, default=4096)
     s.add_argument("--temperature", type=float, default=1.0)
     s.add_argument("--top-p", type=float, default=1.0)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--limit", type=int, help="first N problems")
-    s.add_argument("--level", type=int, help="MATH level filter")
+    s.add_argument("--level", help="level filter (tasks with levels: MATH, world)")
     s.add_argument("--shard", type=int, default=0)
     s.add_argument("--nshards", type=int, default=1)
     s.add_argument("--chunk", type=int, default=64, help="samples per backend call (and per flush)")
@@ -148,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
     s.add_argument("--concurrency", type=int, default=8)
     s.add_argument("--data-dir", default="data")
+    s.add_argument("--cache", help="request cache file (JSONL): repeated requests are answered from it")
     s.add_argument("--out", required=True)
     s.set_defaults(func=_cmd_sample)
 
@@ -164,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     w = sub.add_parser("world", help="the miniature replication: models, panel RL, evaluations, bands, hill-climbs")
     w.add_argument("action", choices=["run"])
     w.add_argument("--out", required=True)
-    w.add_argument("--scale", default="smoke", choices=["smoke", "h200"])
+    w.add_argument("--scale", default="smoke", help="a scale in configs/world/ (smoke, h200) or a YAML path")
     w.add_argument("--stages", nargs="*", help="subset of: models panel-rl eval bands hillclimb-panel hillclimb-think")
     w.add_argument("--seed", type=int, default=0)
     w.set_defaults(func=_cmd_world)
@@ -177,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .book import BookError
+    from .book.render import BookError
     from .records import RecordError
 
     args = build_parser().parse_args(argv)

@@ -7,13 +7,15 @@
   ``<think>…</think>`` block is split off and measured separately.
 - ``plain``: the chat template without thinking.
 
-Tag validity (the reward's format term): both blocks present, non-empty, in the
-order debate then answer.
+Format validity (the reward's format term): for ``panel`` both blocks present,
+non-empty, in the order debate then answer; for ``think`` a closed non-empty think
+block followed by a ``\\boxed{}`` answer. The reward itself is in
+:func:`polyvox.train.grpo.reward`.
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 PANEL_PROMPT = (
     "A conversation between User and Multi-Persona Panel of Experts. "
@@ -32,9 +34,10 @@ FORMATS = ("panel", "think", "plain")
 
 @dataclass(frozen=True)
 class Prompt:
-    text: str  # what the backend receives (already templated for chat formats)
+    text: str  # what the backend receives: templated text, or the user message for a chat endpoint
     stop: tuple[str, ...]
-    chat: bool  # True when text came from a chat template
+    chat: bool  # True for chat formats
+    template_kwargs: dict = field(default_factory=dict)  # chat endpoints template on the server: these options
 
 
 def panel_prompt(problem: str) -> str:
@@ -42,7 +45,11 @@ def panel_prompt(problem: str) -> str:
 
 
 def build_prompt(fmt: str, problem: str, tokenizer=None) -> Prompt:
-    """The prompt text for a format; chat formats need the model's tokenizer (its template)."""
+    """The prompt text for a format; chat formats need the model's tokenizer (its template).
+
+    Callers go through ``Backend.prompt(fmt, text)``: a local backend passes its tokenizer
+    here, a server backend sends chat formats as messages and lets the server template them.
+    """
     if fmt == "panel":
         return Prompt(panel_prompt(problem), tuple(PANEL_STOP), False)
     if fmt in ("think", "plain"):
@@ -84,6 +91,14 @@ def split_think(completion: str) -> tuple[str, str]:
     return text.strip(), ""
 
 
-def panel_reward(correct: bool, completion: str, tag_coef: float = 0.2) -> float:
-    """The study's reward: correct + tag_coef × (tags_valid − 1)."""
-    return float(correct) + tag_coef * (float(tags_valid(completion)) - 1.0)
+def think_valid(completion: str) -> bool:
+    """A non-empty closed ``<think>`` block followed by a boxed answer (the think arm's format term)."""
+    from .grading import last_boxed
+
+    think, rest = split_think(completion)
+    return bool("</think>" in completion and think and last_boxed(rest) is not None)
+
+
+def format_valid(fmt: str, completion: str) -> bool:
+    """The format term of the RL reward: panel tags, or a closed think block and a box."""
+    return tags_valid(completion) if fmt == "panel" else think_valid(completion)

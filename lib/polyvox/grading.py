@@ -1,14 +1,16 @@
-"""Grade completions against gold answers, per task.
+"""Grade completions against gold answers: graders by name in a registry.
 
-Tasks
+``GRADERS`` maps a name to a function ``(completion, gold) -> Grade``; a task in
+:mod:`polyvox.tasks` names its grader. Registered graders:
 - ``math``: math-verify (HF Math-Verify) parses gold and completion and checks
   equivalence; when the whole completion does not verify, the ``<answer>``
   body is tried (the panel study's rule). math-verify times out with
   ``signal.alarm``, which works only in a process's main thread, so batched
   grading runs in a *process* pool; an item that still hangs or kills its
   worker gets ``status="timeout"``/``"ungradable"`` instead of a dead run.
-- ``aime``: the last integer in ``<answer>``, else in the last ``\\boxed{}``,
-  compared as integers (0–999 expected, not enforced).
+- ``integer`` (also registered as ``aime``, the panel study's AIME rule): the last
+  integer in ``<answer>``, else in the last ``\\boxed{}``, compared as integers;
+  the miniature world's problems use it.
 - ``gsm8k`` / ``gsmhard``: the final number after an answer marker
   (``####``, "The answer is"), else in ``<answer>`` or the last ``\\boxed{}``,
   else the last number; commas, ``$`` and a trailing period stripped;
@@ -35,7 +37,20 @@ import string
 from collections import Counter
 from dataclasses import dataclass
 
-TASKS = ("math", "aime", "gsm8k", "gsmhard", "qa")
+GRADERS: dict = {}
+
+
+def register_grader(*names: str):
+    """Register a grader function under one or more names."""
+    def deco(fn):
+        for name in names:
+            if name in GRADERS:
+                raise ValueError(f"grader {name!r} is registered twice")
+            GRADERS[name] = fn
+        return fn
+    return deco
+
+
 MATH_TAIL_CHARS = 1500
 GSMHARD_RTOL = 1e-4
 
@@ -102,7 +117,9 @@ def last_integer(text: str | None) -> int | None:
 
 # ---------------------------------------------------------------- per task
 
-def grade_aime(completion: str, gold: str) -> Grade:
+@register_grader("integer", "aime")
+def grade_integer(completion: str, gold) -> Grade:
+    gold = str(gold)
     value = last_integer(answer_body(completion))
     if value is None:
         value = last_integer(last_boxed(completion))
@@ -133,6 +150,7 @@ def gsm_final_number(completion: str) -> str | None:
     return nums[-1] if nums else None
 
 
+@register_grader("gsm8k")
 def grade_gsm(completion: str, gold, rtol: float = 0.0) -> Grade:
     extracted = gsm_final_number(completion)
     if extracted is None:
@@ -163,6 +181,12 @@ def _f1(pred: str, gold: str) -> float:
     return 2 * prec * rec / (prec + rec)
 
 
+@register_grader("gsmhard")
+def grade_gsmhard(completion: str, gold) -> Grade:
+    return grade_gsm(completion, gold, rtol=GSMHARD_RTOL)
+
+
+@register_grader("qa")
 def grade_qa(completion: str, gold) -> Grade:
     pred = answer_body(completion) or last_boxed(completion) or completion.strip().splitlines()[-1] if completion.strip() else ""
     aliases = gold if isinstance(gold, (list, tuple)) else [gold]
@@ -185,10 +209,12 @@ def _canonical(expr: str) -> str:
     return re.sub(r"\s+", "", s).rstrip(".")
 
 
-def _math_verify(completion: str, gold: str) -> Grade:
+@register_grader("math")
+def grade_math(completion: str, gold) -> Grade:
     """Runs inside a worker process (math-verify's signal.alarm needs a main thread)."""
     from math_verify import parse, verify
 
+    gold = str(gold)
     gold_parsed = _parse_gold(gold)
     if not gold_parsed:
         return Grade(False, None, "ungradable")
@@ -211,19 +237,17 @@ def _math_verify(completion: str, gold: str) -> Grade:
     return Grade(False, first_extracted, "ok" if first_extracted else "no_answer")
 
 
-def grade(task: str, completion: str, gold) -> Grade:
+def grader(name: str):
+    """The grader registered under name; an unknown name lists the registered ones."""
+    try:
+        return GRADERS[name]
+    except KeyError:
+        raise ValueError(f"unknown grader {name!r}; graders: {', '.join(sorted(GRADERS))}") from None
+
+
+def grade(name: str, completion: str, gold) -> Grade:
     """Grade one completion in this process (math runs math-verify here: call from a main thread)."""
-    if task == "math":
-        return _math_verify(completion, str(gold))
-    if task == "aime":
-        return grade_aime(completion, str(gold))
-    if task == "gsm8k":
-        return grade_gsm(completion, gold)
-    if task == "gsmhard":
-        return grade_gsm(completion, gold, rtol=GSMHARD_RTOL)
-    if task == "qa":
-        return grade_qa(completion, gold)
-    raise ValueError(f"unknown grading task {task!r}; tasks: {', '.join(TASKS)}")
+    return grader(name)(completion, gold)
 
 
 def _grade_chunk(task: str, items: list[tuple[str, object]]) -> list[Grade]:
@@ -238,8 +262,7 @@ def grade_many(task: str, completions: list[str], golds: list, workers: int | No
     re-graded item by item in fresh single-use processes, so only the
     pathological item is marked ``timeout`` / ``ungradable``.
     """
-    if task not in TASKS:
-        raise ValueError(f"unknown grading task {task!r}; tasks: {', '.join(TASKS)}")
+    grader(task)  # an unknown name fails here, before any work
     if len(completions) != len(golds):
         raise ValueError("grade_many: completions and golds differ in length")
     items = list(zip(completions, golds))

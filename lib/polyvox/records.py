@@ -170,15 +170,43 @@ def append_jsonl(path: os.PathLike | str, records: Iterable[Any]) -> int:
 
 
 def repair_truncated_tail(path: os.PathLike | str) -> bool:
-    """Drop a final line cut off by a crash (no trailing newline). Returns True if it cut one."""
+    """Drop a final line cut off by a crash (no trailing newline). Returns True if it cut one.
+
+    The file is truncated in place (``os.truncate``), never rewritten, so a crash
+    during the repair cannot lose the records before the torn line. A last line that
+    is a complete JSON object and only lacks its newline (written by another tool) is
+    kept: the newline is appended instead.
+    """
     path = Path(path)
-    if not path.exists() or path.stat().st_size == 0:
+    size = path.stat().st_size if path.exists() else 0
+    if size == 0:
         return False
-    data = path.read_bytes()
-    if data.endswith(b"\n"):
+    with path.open("rb") as fh:
+        fh.seek(size - 1)
+        if fh.read(1) == b"\n":
+            return False
+        # walk back to the last newline in blocks; keep everything up to and including it
+        pos, keep = size, 0
+        while pos > 0:
+            step = min(1 << 16, pos)
+            pos -= step
+            fh.seek(pos)
+            block = fh.read(step)
+            nl = block.rfind(b"\n")
+            if nl >= 0:
+                keep = pos + nl + 1
+                break
+        fh.seek(keep)
+        tail = fh.read()
+    try:
+        whole = isinstance(json.loads(tail), dict)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        whole = False
+    if whole:
+        with path.open("ab") as fh:
+            fh.write(b"\n")
         return False
-    keep = data[: data.rfind(b"\n") + 1]
-    path.write_bytes(keep)
+    os.truncate(path, keep)
     return True
 
 
@@ -202,21 +230,37 @@ def sha256_tree(path: os.PathLike | str) -> str:
     return h.hexdigest()
 
 
-# names like api_key, hf_token, client_secret; not max_tokens or api_key_env (which names a variable)
-_SECRET_NAME = re.compile(r"(?i)(^|_)(api_?key|key|token|secret|password|authorization)$")
+# Key names that hold credentials: api_key, hf_token, access_token, client_secret, password,
+# authorization ... but not max_tokens, eos_token, pad_token, cache_key or api_key_env (which
+# names a variable, not a value).
+_SECRET_NAME = re.compile(
+    r"(?i)^(.*_)?(api_?key|secret(_key)?|password|passwd|authorization|credentials?|private_key|access_key)$"
+    r"|^((hf|access|auth|bearer|refresh|session|id|github|gh|openai|api)_)?token$")
+# Values that look like keys wherever they appear: OpenAI/Anthropic-style sk-…, Hugging Face
+# hf_…, AWS access key ids, GitHub tokens, Slack tokens, and bearer credentials.
+_SECRET_VALUE = re.compile(
+    r"sk-[A-Za-z0-9_\-]{16,}|hf_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{30,}"
+    r"|xox[abprs]-[A-Za-z0-9\-]{10,}|(?i:bearer)\s+[A-Za-z0-9._\-~+/]{8,}=*")
 
 
-def scrub(params: dict) -> dict:
-    """Copy of params with secret-looking values replaced (manifests never hold secrets)."""
-    clean = {}
-    for k, v in params.items():
-        if isinstance(v, dict):
-            clean[k] = scrub(v)
-        elif _SECRET_NAME.search(k):
-            clean[k] = "<redacted>"
-        else:
-            clean[k] = v
-    return clean
+def scrub_text(text: str, *known: str | None) -> str:
+    """text with key-shaped substrings (and any of the known secret values) replaced by <redacted>."""
+    for k in known:
+        if k and len(k) >= 4:
+            text = text.replace(k, "<redacted>")
+    return _SECRET_VALUE.sub("<redacted>", text)
+
+
+def scrub(params):
+    """Copy of params with credentials redacted: by key name, and by value pattern at any depth."""
+    if isinstance(params, dict):
+        return {k: "<redacted>" if isinstance(k, str) and _SECRET_NAME.match(k) and v not in (None, "")
+                else scrub(v) for k, v in params.items()}
+    if isinstance(params, (list, tuple)):
+        return [scrub(v) for v in params]
+    if isinstance(params, str):
+        return scrub_text(params)
+    return params
 
 
 def library_versions() -> dict:

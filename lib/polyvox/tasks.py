@@ -1,7 +1,14 @@
-"""Benchmarks by name: one Problem shape (id, text, gold, metadata) for every source.
+"""Tasks by name: a registry of problem sources, each with one Problem shape and a grader.
 
-Names
-- ``math500``: MATH-500; ``level=`` filters (int or list); the grading task is ``math``.
+``TASKS`` maps a name to a :class:`Task` — a loader ``(data_dir, **options) ->
+[Problem]``, the name of its grader in :mod:`polyvox.grading`, and whether its
+problems have levels. Loaders register with ``@register_task`` (a plain dict, as
+lm-evaluation-harness registers its tasks). The benchmarks below register here;
+the studies register their own (the miniature world's ``world`` task registers
+when :mod:`polyvox.studies` is imported, as the ``polyvox`` command does).
+
+Benchmarks
+- ``math500``: MATH-500; grader ``math``.
 - ``math500_slice50``: a stratified slice, ``per_level`` problems (default 10) from
   each level 1–5, drawn with ``seed`` (numpy default_rng, per level, sorted by id).
 - ``aime2024`` / ``aime2025``: all 30 problems of a year; ``aime_panel``: the panel
@@ -12,51 +19,75 @@ Names
   ``data/benchmarks/math_train/train.jsonl`` (MATH-500's fields). It is not shipped (the
   book needs only evaluation sets); training on ``math500`` would train on the evaluation set.
 
-``load(name, data_dir="data", limit=None, **filters)``; an unknown name raises
-ValueError listing the valid ones.
+``load(name, data_dir="data", limit=None, level=None, ids=None, **options)``:
+``level`` filters tasks with levels (int or list), ``ids`` keeps the named problems,
+``limit`` the first N; ``options`` go to the loader (``per_level``, ``seed`` …). An
+unknown name or option raises ValueError listing the valid ones.
 """
 from __future__ import annotations
 
+import hashlib
+import inspect
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from .records import Problem, read_jsonl
 
-GRADING_TASK = {"math_train": "math", "math500": "math", "math500_slice50": "math", "aime2024": "aime", "aime2025": "aime",
-                "aime_panel": "aime", "gsm8k": "gsm8k", "gsmhard": "gsmhard", "olympiad": "math",
-                "olympiad_heldout": "math"}
-NAMES = tuple(GRADING_TASK)
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    loader: Callable[..., list[Problem]]  # (data_dir, **options)
+    grader: str  # a name in polyvox.grading.GRADERS
+    levels: bool  # problems carry metadata["level"], so level= filters apply
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        return tuple(list(inspect.signature(self.loader).parameters)[1:])
 
 
-def _math500(data_dir) -> list[Problem]:
+TASKS: dict[str, Task] = {}
+
+
+def register_task(name: str, grader: str, levels: bool = False):
+    def deco(fn):
+        if name in TASKS:
+            raise ValueError(f"task {name!r} is registered twice")
+        TASKS[name] = Task(name, fn, grader, levels)
+        return fn
+    return deco
+
+
+def get(name: str) -> Task:
+    try:
+        return TASKS[name]
+    except KeyError:
+        raise ValueError(f"unknown task {name!r}; tasks: {', '.join(sorted(TASKS))}") from None
+
+
+def _math500_rows(data_dir) -> list[Problem]:
     rows = read_jsonl(Path(data_dir) / "benchmarks/math500/test.jsonl")
     return [Problem(r["unique_id"], r["problem"], str(r["answer"]),
                     {"level": int(r["level"]), "subject": r["subject"]}) for r in rows]
 
 
-def _aime(data_dir, year: int) -> list[Problem]:
-    rows = read_jsonl(Path(data_dir) / f"benchmarks/aime{year}/test.jsonl")
-    return [Problem(f"{year}_{i}", r["problem"], str(r["answer"]), {"year": year, "index": i})
-            for i, r in enumerate(rows)]
+@register_task("math500", grader="math", levels=True)
+def math500(data_dir) -> list[Problem]:
+    return _math500_rows(data_dir)
 
 
-def _gsm8k(data_dir) -> list[Problem]:
-    rows = read_jsonl(Path(data_dir) / "benchmarks/gsm8k/test.jsonl")
-    return [Problem(f"gsm8k_{i}", r["question"], r["answer"].split("####")[-1].strip().replace(",", ""),
-                    {"solution": r["answer"]}) for i, r in enumerate(rows)]
-
-
-def _gsmhard(data_dir) -> list[Problem]:
-    rows = read_jsonl(Path(data_dir) / "benchmarks/gsmhard/gsmhardv2.jsonl")
-    return [Problem(f"gsmhard_{i}", r["input"], str(r["target"]), {}) for i, r in enumerate(rows)]
-
-
-def _olympiad(data_dir, file: str) -> list[Problem]:
-    rows = read_jsonl(Path(data_dir) / "multipersona/data/olympiad_pool" / file)
-    return [Problem(r["uid"], r["problem"], str(r["gold"]), {"source": r["source"], "year": r.get("year")})
-            for r in rows]
+@register_task("math_train", grader="math", levels=True)
+def math_train(data_dir) -> list[Problem]:
+    path = Path(data_dir) / "benchmarks/math_train/train.jsonl"
+    if not path.exists():
+        raise ValueError(f"task math_train needs {path} (the MATH training split, MATH-500's fields: problem, "
+                         "answer, level, subject, unique_id); it is not shipped with the book")
+    return [Problem(r["unique_id"], r["problem"], str(r["answer"]),
+                    {"level": int(r["level"]), "subject": r.get("subject", "")}) for r in read_jsonl(path)]
 
 
 def stratified_slice(problems: list[Problem], per_level: int, seed: int) -> list[Problem]:
@@ -69,38 +100,76 @@ def stratified_slice(problems: list[Problem], per_level: int, seed: int) -> list
     return out
 
 
-def load(name: str, data_dir="data", limit: int | None = None, level=None, per_level: int = 10,
-         seed: int = 0, ids: list[str] | None = None) -> list[Problem]:
-    """Problems of a benchmark by name, optionally filtered by level, ids and a limit."""
-    if name not in GRADING_TASK:
-        raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(NAMES)}")
-    if name == "math500":
-        problems = _math500(data_dir)
-    elif name == "math_train":
-        path = Path(data_dir) / "benchmarks/math_train/train.jsonl"
-        if not path.exists():
-            raise ValueError(f"task math_train needs {path} (the MATH training split, MATH-500's fields: problem, "
-                             "answer, level, subject, unique_id); it is not shipped with the book")
-        rows = read_jsonl(path)
-        problems = [Problem(r["unique_id"], r["problem"], str(r["answer"]),
-                            {"level": int(r["level"]), "subject": r.get("subject", "")}) for r in rows]
-    elif name == "math500_slice50":
-        problems = stratified_slice(_math500(data_dir), per_level, seed)
-    elif name in ("aime2024", "aime2025"):
-        problems = _aime(data_dir, int(name[-4:]))
-    elif name == "aime_panel":
-        problems = _aime(data_dir, 2024)[:10] + _aime(data_dir, 2025)[:10]
-    elif name == "gsm8k":
-        problems = _gsm8k(data_dir)
-    elif name == "gsmhard":
-        problems = _gsmhard(data_dir)
-    elif name == "olympiad":
-        problems = _olympiad(data_dir, "all.jsonl")
-    else:
-        problems = _olympiad(data_dir, "heldout_eval.jsonl")
+@register_task("math500_slice50", grader="math", levels=True)
+def math500_slice50(data_dir, per_level: int = 10, seed: int = 0) -> list[Problem]:
+    return stratified_slice(_math500_rows(data_dir), per_level, seed)
+
+
+def _aime(data_dir, year: int) -> list[Problem]:
+    rows = read_jsonl(Path(data_dir) / f"benchmarks/aime{year}/test.jsonl")
+    return [Problem(f"{year}_{i}", r["problem"], str(r["answer"]), {"year": year, "index": i})
+            for i, r in enumerate(rows)]
+
+
+@register_task("aime2024", grader="aime")
+def aime2024(data_dir) -> list[Problem]:
+    return _aime(data_dir, 2024)
+
+
+@register_task("aime2025", grader="aime")
+def aime2025(data_dir) -> list[Problem]:
+    return _aime(data_dir, 2025)
+
+
+@register_task("aime_panel", grader="aime")
+def aime_panel(data_dir) -> list[Problem]:
+    return _aime(data_dir, 2024)[:10] + _aime(data_dir, 2025)[:10]
+
+
+@register_task("gsm8k", grader="gsm8k")
+def gsm8k(data_dir) -> list[Problem]:
+    rows = read_jsonl(Path(data_dir) / "benchmarks/gsm8k/test.jsonl")
+    return [Problem(f"gsm8k_{i}", r["question"], r["answer"].split("####")[-1].strip().replace(",", ""),
+                    {"solution": r["answer"]}) for i, r in enumerate(rows)]
+
+
+@register_task("gsmhard", grader="gsmhard")
+def gsmhard(data_dir) -> list[Problem]:
+    rows = read_jsonl(Path(data_dir) / "benchmarks/gsmhard/gsmhardv2.jsonl")
+    return [Problem(f"gsmhard_{i}", r["input"], str(r["target"]), {}) for i, r in enumerate(rows)]
+
+
+def _olympiad(data_dir, file: str) -> list[Problem]:
+    rows = read_jsonl(Path(data_dir) / "multipersona/data/olympiad_pool" / file)
+    return [Problem(r["uid"], r["problem"], str(r["gold"]), {"source": r["source"], "year": r.get("year")})
+            for r in rows]
+
+
+@register_task("olympiad", grader="math")
+def olympiad(data_dir) -> list[Problem]:
+    return _olympiad(data_dir, "all.jsonl")
+
+
+@register_task("olympiad_heldout", grader="math")
+def olympiad_heldout(data_dir) -> list[Problem]:
+    return _olympiad(data_dir, "heldout_eval.jsonl")
+
+
+def load(name: str, data_dir="data", limit: int | None = None, level=None, ids: list[str] | None = None,
+         **options) -> list[Problem]:
+    """Problems of a task by name, optionally filtered by level, ids and a limit."""
+    task = get(name)
+    unknown = sorted(set(options) - set(task.options))
+    if unknown:
+        raise ValueError(f"task {name}: unknown option(s) {', '.join(unknown)}; "
+                         f"options: {', '.join(task.options) or 'none'}")
+    if level is not None and not task.levels:
+        raise ValueError(f"task {name} has no levels; --level applies to: "
+                         f"{', '.join(sorted(t.name for t in TASKS.values() if t.levels))}")
+    problems = task.loader(data_dir, **options)
     if level is not None:
-        levels = {int(x) for x in (level if isinstance(level, (list, tuple)) else [level])}
-        problems = [p for p in problems if p.metadata.get("level") in levels]
+        levels = {str(x) for x in (level if isinstance(level, (list, tuple)) else [level])}
+        problems = [p for p in problems if str(p.metadata.get("level")) in levels]
     if ids is not None:
         wanted = set(ids)
         problems = [p for p in problems if p.id in wanted]
@@ -108,8 +177,6 @@ def load(name: str, data_dir="data", limit: int | None = None, level=None, per_l
 
 
 def problem_hash(problems: list[Problem]) -> str:
-    import hashlib
-
     h = hashlib.sha256()
     for p in problems:
         h.update(json.dumps([p.id, p.text, p.gold]).encode())

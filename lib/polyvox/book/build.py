@@ -6,7 +6,9 @@ Algorithm
    hand-written pages.
 2. For each chapter compute a cache key: sha256 over the notebook source, the
    parameters passed to it, every input file it declares (notebook metadata
-   ``polyvox.inputs``: globs relative to the repo root) and polyvox's own source.
+   ``polyvox.inputs``: globs relative to the repo root, each file keyed by its path
+   relative to the root and its content), polyvox's own source (keyed the same way)
+   and the hash of ``requirements.lock`` — a new library version re-executes.
    If ``_build/.polyvox/executed/<part>/<name>.ipynb`` exists with that key, the
    chapter is not executed.
 3. Otherwise execute it with papermill (cwd = repo root, so chapters read
@@ -24,7 +26,8 @@ Algorithm
    off (``_config.yml``).
 
 Departure from Jupyter Book's own cache: jupyter-cache keys on notebook source
-only; here the data a chapter reads and the library code are part of the key.
+only; here the data a chapter reads, the library code and the locked library
+versions are part of the key.
 """
 from __future__ import annotations
 
@@ -41,11 +44,9 @@ from pathlib import Path
 
 import yaml
 
+from .render import BookError, corrections_page, load_corrections, render
+
 CACHE_DIR = Path("_build/.polyvox")
-
-
-class BookError(RuntimeError):
-    pass
 
 
 def find_root(start: os.PathLike | str | None = None) -> Path:
@@ -55,6 +56,22 @@ def find_root(start: os.PathLike | str | None = None) -> Path:
         if (p / "_toc.yml").exists() and (p / "_config.yml").exists():
             return p
     raise BookError(f"no _toc.yml/_config.yml found at or above {here}")
+
+
+def repo_path(path: os.PathLike | str) -> Path:
+    """A relative path (e.g. a chapter's ``data_dir``) resolved against the repository root.
+
+    Chapters run with the root as working directory under ``polyvox book build``; opened
+    from ``notebooks/<part>/`` in Jupyter they resolve the same files. Outside a checkout
+    the path is returned as given.
+    """
+    p = Path(path)
+    if p.is_absolute():
+        return p
+    try:
+        return find_root() / p
+    except BookError:
+        return p
 
 
 def _toc_files(node) -> list[str]:
@@ -124,12 +141,18 @@ def declared_inputs(root: Path, nb) -> list[Path]:
     return sorted(files)
 
 
+LOCK_FILE = "requirements.lock"
+
+
 def _library_hash(root: Path) -> str:
+    """polyvox's source (files keyed by their path inside the package) and the environment's lock file."""
     h = hashlib.sha256()
-    lib = Path(__file__).resolve().parent
+    lib = Path(__file__).resolve().parents[1]
     for f in sorted(lib.rglob("*.py")):
-        h.update(f.name.encode())
-        h.update(f.read_bytes())
+        h.update(b"source\0" + f.relative_to(lib).as_posix().encode() + b"\0")
+        h.update(hashlib.sha256(f.read_bytes()).digest())
+    lock = root / LOCK_FILE
+    h.update(b"lock\0" + (hashlib.sha256(lock.read_bytes()).digest() if lock.exists() else b"none"))
     return h.hexdigest()
 
 
@@ -186,72 +209,6 @@ def execute(chapter: Chapter, params: dict, output: Path, root: Path) -> None:
             f"{chapter.source.relative_to(root) if chapter.source.is_relative_to(root) else chapter.source}: "
             f"cell {exc.cell_index} (execution count {exc.exec_count}) raised {exc.ename}: {evalue}"
         ) from None
-
-
-def load_corrections(root: Path) -> list[dict]:
-    path = root / "data" / "corrections.yml"
-    if not path.exists():
-        return []
-    items = yaml.safe_load(path.read_text()) or []
-    required = ("date", "chapters", "claimed", "stands", "source")
-    for i, item in enumerate(items):
-        missing = [k for k in required if k not in item]
-        if missing:
-            raise BookError(f"{path}: entry {i + 1} is missing {', '.join(missing)}")
-        item["date"] = str(item["date"])
-    return items
-
-
-def banner_markdown(corrections: list[dict]) -> str:
-    parts = []
-    for c in corrections:
-        parts.append(
-            f"```{{admonition}} Correction of {c['date']}\n:class: warning\n"
-            f"**Claimed earlier:** {c['claimed'].strip()}\n\n**What stands:** {c['stands'].strip()}\n\n"
-            f"Source: {c['source']}. All corrections: {{doc}}`/book/corrections`.\n```"
-        )
-    return "\n\n".join(parts)
-
-
-def render(executed: Path, target: Path, corrections: list[dict]) -> bool:
-    """Write the book copy of an executed notebook; return True if the file changed."""
-    import nbformat
-
-    nb = nbformat.read(str(executed), as_version=4)
-    for cell in nb.cells:
-        tags = cell.metadata.setdefault("tags", [])
-        if "injected-parameters" in tags and "remove-cell" not in tags:
-            tags.append("remove-cell")
-        elif "parameters" in tags and "hide-cell" not in tags:
-            tags.append("hide-cell")
-        elif cell.cell_type == "code" and not tags:
-            tags.append("hide-input")  # the narrative first; the code one click away
-    if corrections:
-        banner = nbformat.v4.new_markdown_cell(banner_markdown(corrections))
-        banner.metadata["tags"] = ["polyvox-corrections"]
-        nb.cells.insert(1 if nb.cells and nb.cells[0].cell_type == "markdown" else 0, banner)
-    text = nbformat.writes(nb)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if target.exists() and target.read_text() == text:
-        return False
-    target.write_text(text)
-    return True
-
-
-def corrections_page(corrections: list[dict]) -> str:
-    lines = ["# Corrections", "",
-             "Dated corrections to claims in the studies this book reproduces, read from",
-             "`data/corrections.yml`. Each also appears as a banner at the top of the chapters it",
-             "concerns. The numbers in the chapters are recomputed from records; these entries",
-             "record how their *readings* changed.", ""]
-    for c in sorted(corrections, key=lambda c: c["date"], reverse=True):
-        where = ", ".join(f"{{doc}}`/{ch}`" for ch in c["chapters"]) or "no chapter (not used in this book)"
-        lines += [f"## {c['date']} — {c.get('study', '')}".rstrip(" —"), "",
-                  f"- **Claimed earlier:** {c['claimed'].strip()}",
-                  f"- **What stands:** {c['stands'].strip()}",
-                  f"- **Chapters:** {where}",
-                  f"- **Source:** {c['source']}", ""]
-    return "\n".join(lines)
 
 
 @dataclass
@@ -329,7 +286,7 @@ def run_chapter(name_or_path: str, params: dict, out: os.PathLike | str | None =
     """Execute one chapter with parameters into a run folder (executed notebook + manifest.json)."""
     import papermill as pm
 
-    from .records import now_iso, sha256_file, write_manifest
+    from ..records import now_iso, sha256_file, write_manifest
 
     root = find_root(root)
     ch = resolve_chapter(root, name_or_path)

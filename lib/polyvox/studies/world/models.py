@@ -1,11 +1,11 @@
 """Train the miniature world's tokenizer and models: tiny-base (pretrained) and tiny-think (fine-tuned).
 
-- Tokenizer (:func:`polyvox.tiny.train_tokenizer`): byte-level BPE trained with
+- Tokenizer (:func:`polyvox.train.pretrain.train_tokenizer`): byte-level BPE trained with
   ``tokenizers`` on world text, digits one token each, the chat tokens special and the
   format tags ordinary added tokens (so decoded completions keep them), and a Qwen-style
   chat template that honours ``enable_thinking``.
 - tiny-base: a Qwen3-architecture causal LM trained from scratch on
-  :func:`polyvox.world.pretraining_text` documents packed into fixed-length rows —
+  :func:`polyvox.studies.world.problems.pretraining_text` documents packed into fixed-length rows —
   problems with plain, panel-transcript and thinking-notes solutions, plus a share of
   generic "User: … Assistant: …" exchanges with plain answers, the way web text gives
   base models dialogue without any one instruction format (half plain answers, a
@@ -15,21 +15,19 @@
 - tiny-think: a full fine-tune of tiny-base on chat-formatted thinking solutions,
   loss on the assistant turn only: the stand-in for a post-trained thinking model.
 
-A plain PyTorch loop (AdamW, linear warm-up then cosine, bf16 autocast on GPU)
-rather than ``Trainer``: the data are a few million tokens and the loop is the
-whole algorithm. Everything is seeded. Models are saved with ``save_pretrained``
+Training uses :func:`polyvox.train.pretrain.train_loop` (AdamW, warm-up then cosine).
+Everything is seeded. Models are saved with ``save_pretrained``
 (safetensors, bf16) with a ``card.json`` of parameters, data, steps, loss, accuracy.
 """
 from __future__ import annotations
 
 import json
-import math
 import random
 import time
 from pathlib import Path
 
-from . import world
-from .tiny import train_tokenizer
+from ...train.pretrain import pack, save, train_loop, train_tokenizer
+from . import problems as world
 
 
 GENERIC_PREAMBLE = (
@@ -55,46 +53,6 @@ def corpus(n_per_level: int, seed: int) -> tuple[list, list[str]]:
     return problems, docs
 
 
-def _pack(tokenizer, docs: list[str], seq_len: int):
-    import torch
-
-    eos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
-    ids: list[int] = []
-    for d in docs:
-        ids += tokenizer(d, add_special_tokens=False)["input_ids"] + [eos]
-    n = len(ids) // seq_len
-    return torch.tensor(ids[: n * seq_len]).view(n, seq_len)
-
-
-def _lr(step: int, total: int, peak: float, warmup: int) -> float:
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    return peak * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
-
-
-def _train(model, batches_fn, steps: int, lr: float, device: str, log: list, label: str, progress=True):
-    import torch
-    from tqdm import tqdm
-
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
-    model.train()
-    bar = tqdm(range(steps), desc=label, disable=not progress)
-    for step in bar:
-        for g in opt.param_groups:
-            g["lr"] = _lr(step, steps, lr, max(1, steps // 20))
-        input_ids, labels = batches_fn(step)
-        with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=device == "cuda"):
-            loss = model(input_ids=input_ids.to(device), labels=labels.to(device)).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if step % 25 == 0 or step == steps - 1:
-            log.append({"stage": label, "step": step, "loss": loss.item()})
-            bar.set_postfix(loss=f"{loss.item():.3f}")
-    model.eval()
-
-
 def build(out: str | Path, seed: int = 0, n_per_level: int = 4000, hidden: int = 256, layers: int = 6,
           vocab_size: int = 2048, seq_len: int = 512, batch: int = 64, base_steps: int = 1500,
           think_steps: int = 400, lr: float = 1e-3, device: str | None = None, progress: bool = True) -> dict:
@@ -112,7 +70,7 @@ def build(out: str | Path, seed: int = 0, n_per_level: int = 4000, hidden: int =
     # a base model ends documents with <|endoftext|> (as Qwen3-Base does); tiny-think's
     # tokenizer switches eos to <|im_end|>, the end of a chat turn
     tok = train_tokenizer(docs[:20000], base_dir, vocab_size, eos="<|endoftext|>")
-    data = _pack(tok, docs, seq_len)
+    data = pack(tok, docs, seq_len)
     cfg = Qwen3Config(vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 3, num_hidden_layers=layers,
                       num_attention_heads=max(1, hidden // 64), num_key_value_heads=max(1, hidden // 128),
                       head_dim=64, max_position_embeddings=2048, tie_word_embeddings=True,
@@ -127,8 +85,8 @@ def build(out: str | Path, seed: int = 0, n_per_level: int = 4000, hidden: int =
         x = data[idx]
         return x, x
 
-    _train(model, base_batch, base_steps, lr, device, log, "tiny-base", progress)
-    _save(model, tok, base_dir)
+    train_loop(model, base_batch, base_steps, lr, device, log, "tiny-base", progress)
+    save(model, tok, base_dir)
 
     # tiny-think: chat-formatted thinking solutions, loss on the assistant turn only
     sft_rows = []
@@ -151,10 +109,10 @@ def build(out: str | Path, seed: int = 0, n_per_level: int = 4000, hidden: int =
         return x, y
 
     think = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32).to(device)
-    _train(think, sft_batch, think_steps, lr / 3, device, log, "tiny-think", progress)
+    train_loop(think, sft_batch, think_steps, lr / 3, device, log, "tiny-think", progress)
     think_tok = PreTrainedTokenizerFast.from_pretrained(base_dir)
     think_tok.eos_token = "<|im_end|>"
-    _save(think, think_tok, think_dir)
+    save(think, think_tok, think_dir)
     n_params = sum(p.numel() for p in model.parameters())
     common = {"architecture": "Qwen3ForCausalLM", "parameters": n_params, "hidden": hidden, "layers": layers,
               "vocab": len(tok), "seed": seed, "device": device, "seconds": round(time.time() - t0, 1),
@@ -171,14 +129,3 @@ def build(out: str | Path, seed: int = 0, n_per_level: int = 4000, hidden: int =
         card["final_loss"] = card["loss_log"][-1]["loss"]
         (out / name / "card.json").write_text(json.dumps(card, indent=2) + "\n")
     return cards
-
-
-def _save(model, tok, path: Path) -> None:
-    import torch
-
-    path.mkdir(parents=True, exist_ok=True)
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.generation_config.pad_token_id = tok.pad_token_id
-    model.to(torch.bfloat16).save_pretrained(path, safe_serialization=True)
-    model.to(torch.float32)
-    tok.save_pretrained(path)

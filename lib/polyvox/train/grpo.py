@@ -34,8 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import formats, grading
-from .records import append_jsonl, now_iso, write_manifest
+from .. import formats, grading, tasks
+from ..records import append_jsonl, now_iso, write_manifest
 
 
 @dataclass
@@ -43,7 +43,7 @@ class Stage:
     name: str
     problems: list  # polyvox.records.Problem
     steps: int
-    grading: str = "aime"  # polyvox.grading task: aime (integer rule, the world), gsm8k, math
+    grading: str = "integer"  # a polyvox.grading grader: integer (the world), gsm8k, math
 
 
 @dataclass
@@ -66,6 +66,7 @@ class RLConfig:
     save_every: int = 50
     heldout: list = field(default_factory=list)  # Problems evaluated every eval_every steps
     heldout_samples: int = 4
+    heldout_grading: str = "integer"  # the held-out task's grader
     seed: int = 0
     # full scale: vLLM generation inside the trainer's process ("colocate") and LoRA on MoE
     # experts, which transformers 5.x stores as fused 3-D parameters (PEFT target_parameters)
@@ -76,16 +77,10 @@ class RLConfig:
     gradient_accumulation_steps: int = 1
 
 
-def think_valid(completion: str) -> bool:
-    think, rest = formats.split_think(completion)
-    closed = "</think>" in completion
-    return bool(closed and think and grading.last_boxed(rest) is not None)
-
-
-def reward(arm: str, completion: str, gold: str, tag_coef: float = 0.2, task: str = "aime") -> tuple[float, bool, bool]:
-    """(reward, correct, format_valid) for one completion, graded by the given polyvox.grading task."""
-    correct = grading.grade(task, completion, gold).correct
-    valid = formats.tags_valid(completion) if arm == "panel" else think_valid(completion)
+def reward(arm: str, completion: str, gold: str, tag_coef: float = 0.2, grader: str = "integer") -> tuple[float, bool, bool]:
+    """(reward, correct, format_valid): correct + tag_coef × (format_valid − 1), the study's reward."""
+    correct = grading.grade(grader, completion, gold).correct
+    valid = formats.format_valid("panel" if arm == "panel" else "think", completion)
     return float(correct) + tag_coef * (float(valid) - 1.0), correct, valid
 
 
@@ -94,13 +89,13 @@ def prompt_for(arm: str, text: str, tokenizer) -> str:
 
 
 def evaluate(model, tokenizer, arm: str, problems, samples: int = 4, max_tokens: int = 384, seed: int = 0,
-             batch_size: int = 256, device: str = "cpu") -> dict:
+             batch_size: int = 256, device: str = "cpu", grader: str = "integer") -> dict:
     """Mean accuracy over problems × samples at temperature 1 (and per level)."""
-    from .sampling import Request, SamplingParams, generate_batched
+    from ..backends.hf import Request, SamplingParams, generate_batched
 
     reqs = [Request(prompt_for(arm, p.text, tokenizer), seed=seed + i) for p in problems for i in range(samples)]
     outs = generate_batched(model, tokenizer, reqs, SamplingParams(max_tokens, 1.0), batch_size, device)
-    correct = np.array([reward(arm, o.text, p.gold)[1] for o, p in zip(outs, [p for p in problems for _ in range(samples)])])
+    correct = np.array([reward(arm, o.text, p.gold, grader=grader)[1] for o, p in zip(outs, [p for p in problems for _ in range(samples)])])
     per_problem = correct.reshape(len(problems), samples).mean(axis=1)
     levels = {}
     for p, acc in zip(problems, per_problem):
@@ -123,7 +118,9 @@ def train(cfg: RLConfig, progress: bool = True) -> Path:
     tok = AutoTokenizer.from_pretrained(cfg.model)
     tok.padding_side = "left"
     summary = {k: v for k, v in asdict(cfg).items() if k not in ("stages", "heldout")}
-    summary["stages"] = [{"name": s.name, "steps": s.steps, "problems": len(s.problems)} for s in cfg.stages]
+    summary["stages"] = [{"name": s.name, "steps": s.steps, "problems": len(s.problems), "grading": s.grading}
+                         for s in cfg.stages]
+    summary["heldout_problems"] = len(cfg.heldout)
     write_manifest(out, config=summary, started=now_iso(), status="running", device=device)
     adapter = cfg.init_adapter
     global_step = 0
@@ -180,7 +177,7 @@ def train(cfg: RLConfig, progress: bool = True) -> Path:
 
         def _heldout(model, step):
             res = evaluate(model, tok, cfg.arm, cfg.heldout, cfg.heldout_samples, cfg.max_completion_length,
-                           seed=cfg.seed, device=device)
+                           seed=cfg.seed, device=device, grader=cfg.heldout_grading)
             append_jsonl(out / "heldout_trajectory.jsonl", [{"step": step, "stage": stage.name, **res}])
 
         args = GRPOConfig(
@@ -217,21 +214,19 @@ def train(cfg: RLConfig, progress: bool = True) -> Path:
 
 
 def _stage_problems(spec: dict, data_dir: str) -> tuple[list, str]:
-    """Problems and grading task for a stage: world levels, or a benchmark task by name."""
-    from . import tasks, world
-
-    if "task" in spec:
-        filters = {k: spec[k] for k in ("level", "limit", "ids") if k in spec}
-        return tasks.load(spec["task"], data_dir, **filters), tasks.GRADING_TASK[spec["task"]]
-    probs = world.generate(spec.get("n_per_level", 200), seed=spec.get("seed", 0), levels=spec.get("levels", [1, 2]),
-                           split=spec.get("split", "train"))
-    return [world.to_problem(p) for p in probs], "aime"
+    """Problems and grader of a config stage: a task by name with its options (tasks.load)."""
+    spec = {k: v for k, v in spec.items() if k not in ("name", "steps", "grading")}
+    if "task" not in spec:
+        raise ValueError(f"a stage needs a task (e.g. task: world, or task: math_train); got {sorted(spec)}")
+    name = spec.pop("task")
+    return tasks.load(name, data_dir, **spec), tasks.get(name).grader
 
 
 def load_config(path: str | Path, data_dir: str = "data") -> RLConfig:
-    """YAML config: RLConfig fields, plus ``stages`` (each: name, steps, and either world
-    ``levels``/``n_per_level`` or a benchmark ``task`` with ``level``/``limit``) and an optional
-    ``heldout`` spec of the same shape. Unknown keys are an error naming the file."""
+    """YAML config: RLConfig fields, plus ``stages`` (each: name, steps, a ``task`` and its
+    ``tasks.load`` options, e.g. ``level``/``limit`` or the world's ``levels``/``per_level``/
+    ``seed``/``split``) and an optional ``heldout`` spec of the same shape. Unknown keys are
+    an error naming the file."""
     import dataclasses
 
     import yaml
@@ -246,5 +241,5 @@ def load_config(path: str | Path, data_dir: str = "data") -> RLConfig:
         probs, task = _stage_problems(spec, data_dir)
         stages.append(Stage(spec["name"], probs, int(spec["steps"]), spec.get("grading", task)))
     held = raw.pop("heldout", None)
-    heldout = _stage_problems({"split": "test", **held}, data_dir)[0] if held else []
-    return RLConfig(stages=stages, heldout=heldout, **raw)
+    heldout, held_grader = _stage_problems(held, data_dir) if held else ([], "integer")
+    return RLConfig(stages=stages, heldout=heldout, **{"heldout_grading": held_grader, **raw})

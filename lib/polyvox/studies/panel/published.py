@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .records import RecordError, from_dict, read_json, read_jsonl
+from ...records import RecordError, from_dict, read_json, read_jsonl
 
 ROOT = "multipersona"
 MATH_L5 = {"panel": "reports/eval_math500_vibecheck/panel_l5_full/summary.json",

@@ -20,12 +20,19 @@ instruction framing — documents such as "Question: … Worked answer: …" or 
 transcript — so a base model learns the skill but not the panel prompt, and RL has
 a format to learn. ``think_chat`` gives chat-formatted thinking solutions for the
 fine-tune that stands in for a post-trained model.
+
+The task ``world`` (registered in :mod:`polyvox.tasks` when this module is imported)
+serves these problems to the one run path: ``tasks.load("world", levels=[3, 4],
+per_level=60, seed=30, split="train")``.
 """
 from __future__ import annotations
 
 import hashlib
 import random
 from dataclasses import dataclass, field
+
+from ...records import Problem
+from ...tasks import register_task
 
 ITEMS = ["apples", "pears", "marbles", "coins", "stamps", "books", "shells", "beads", "cards", "seeds"]
 HOLDERS = ["A crate", "A jar", "A box", "A bag", "A shelf", "A basket", "A drawer", "A chest"]
@@ -184,8 +191,14 @@ def think_chat(p: WorldProblem) -> list[dict]:
     return [{"role": "user", "content": p.text}, {"role": "assistant", "content": solution_think(p)}]
 
 
-def to_problem(p: WorldProblem):
-    """As a polyvox Problem (for sampling and grading with the task 'aime': integer answers)."""
-    from .records import Problem
-
+def to_problem(p: WorldProblem) -> Problem:
+    """As a polyvox Problem (graded by the ``integer`` grader)."""
     return Problem(p.id, p.text, str(p.answer), {"level": p.level, "split": p.split})
+
+
+@register_task("world", grader="integer", levels=True)
+def world_task(data_dir=None, levels=LEVELS, per_level: int = 10, seed: int = 0, split: str | None = None
+               ) -> list[Problem]:
+    """The world's problems: ``per_level`` per level, generated with ``seed`` (``data_dir`` unused)."""
+    levels = [lv if lv == "olympiad" else int(lv) for lv in (levels if isinstance(levels, (list, tuple)) else [levels])]
+    return [to_problem(p) for p in generate(per_level, seed=seed, levels=levels, split=split)]

@@ -1,20 +1,22 @@
 """The panel study's protocol, and fresh runs of it that chapters read like the published records.
 
-PROTOCOL holds the published setup (seed 000): which benchmark, format, sample
-count and token cap each system used. :func:`generate` samples and grades both
-systems on both benchmarks into ``run_dir/<bench>/<system>/`` (resumable, via
-:mod:`polyvox.rollouts`); :func:`run_counts` and :func:`run_samples` read such
-a folder back in the shape of :func:`polyvox.published.eval_counts`, so the
-chapter code is the same for published records and new checkpoints.
+:func:`protocol` and the ``PUBLISHED_*`` constants hold the published setup (seed
+000): which benchmark, format, sample count and token cap each system used.
+:func:`generate` samples and grades both systems on both benchmarks into
+``run_dir/<bench>/<system>/`` through the one run path (:mod:`polyvox.runs`,
+resumable); :func:`run_counts` and :func:`run_samples` read such a folder back in
+the shape of :func:`polyvox.studies.panel.published.eval_counts`, so the chapter
+code is the same for published records and new checkpoints.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from .records import GradedSample, read_jsonl
+from ... import runs
+from ...metrics import wilson_interval
 
 BENCH_TASK = {"math_l5": ("math500", {"level": 5}), "aime": ("aime_panel", {})}
 
@@ -49,44 +51,32 @@ def generate(run_dir: str | Path, systems: dict[str, list[SystemRun]], backend: 
              temperature: float = 1.0, seed: int = 0, limit: int | None = None, data_dir="data",
              backend_kwargs: dict | None = None, progress: bool = True) -> Path:
     """Sample and grade every (benchmark, system) into run_dir/<bench>/<system>; resumes."""
-    from .rollouts import grade_run, sample_run
-    from .sampling import SamplingParams, make_backend
+    from ...backends import SamplingParams, make_backend
 
     run_dir = Path(run_dir)
     loaded: dict[tuple, object] = {}
-    for bench, runs in systems.items():
-        task, filters = BENCH_TASK[bench]
-        for s in runs:
+    for bench, systems_of_bench in systems.items():
+        task, options = BENCH_TASK[bench]
+        for s in systems_of_bench:
             key = (s.model, s.adapter)
             if key not in loaded:
                 loaded.clear()  # one model in memory at a time
                 loaded[key] = make_backend(backend, s.model, s.adapter, **(backend_kwargs or {}))
-            b = loaded[key]
-            tok = getattr(b, "tokenizer", None)
-            if tok is None and hasattr(b, "llm"):
-                tok = b.llm.get_tokenizer()
             out = run_dir / bench / s.name
-            sample_run(out, task, s.format, b, s.n, SamplingParams(s.max_tokens, temperature), seed=seed,
-                       limit=limit, data_dir=data_dir, model=s.model, adapter=s.adapter, tokenizer=tok,
-                       task_filters=filters, progress=progress)
-            grade_run(out, data_dir)
+            runs.sample(out, task, s.format, loaded[key], s.n, SamplingParams(s.max_tokens, temperature), seed=seed,
+                        limit=limit, data_dir=data_dir, task_options=options, progress=progress)
+            runs.grade(out, data_dir)
     return run_dir
 
 
 def run_samples(run_dir: str | Path, bench: str, system: str) -> pd.DataFrame:
     """Graded samples of one system on one benchmark: one row per sample."""
-    path = Path(run_dir) / bench / system / "graded.jsonl"
-    return pd.DataFrame([asdict(s) for s in read_jsonl(path, GradedSample)])
+    return runs.graded_samples(Path(run_dir) / bench / system)
 
 
 def run_counts(run_dir: str | Path, bench: str, system: str) -> pd.DataFrame:
     """Per-problem n_samples / n_correct of a run, in the published records' shape."""
-    df = run_samples(run_dir, bench, system)
-    g = df.groupby("problem_id", sort=False).agg(n_samples=("correct", "size"), n_correct=("correct", "sum"))
-    g = g.reset_index().rename(columns={"problem_id": "id"})
-    g["n_correct"] = g["n_correct"].astype(int)
+    g = runs.per_problem_counts(run_samples(run_dir, bench, system))[["id", "n_samples", "n_correct"]]
     n, c = int(g.n_samples.sum()), int(g.n_correct.sum())
-    from .metrics import wilson_interval
-
     g.attrs["summary"] = {"avg_hit_rate": c / n, "wilson_ci95": list(wilson_interval(c, n)), "source": str(run_dir)}
     return g

@@ -1,0 +1,172 @@
+"""The sampling layer's contract: requests in, completions with token usage out.
+
+    backend = make_backend("transformers", model, adapter)     # by name, from the registry
+    prompt = backend.prompt("think", problem_text)             # the one place prompts are built
+    backend.generate([Request.of(prompt, seed)], params) -> [Completion]
+
+One completion per request; n samples of a prompt are n requests, each with its
+own seed, so a resumed run asks for exactly the samples it is missing. Backends
+register themselves by name with :func:`register_backend` (a plain dict, as
+lm-evaluation-harness registers its models); ``make_backend`` looks the name up,
+so adding a backend never touches the callers.
+
+``identity()`` names what produced a completion — backend, model (resolved path
+and a hash of its weights, or a hub id / served name) and adapter hash — and is
+the model part of the request cache's key (:mod:`polyvox.cache`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Protocol
+
+from ..formats import Prompt, build_prompt
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_tokens: int = 512
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Request:
+    prompt: str  # templated text (completions) or the user message (chat endpoints)
+    seed: int = 0
+    chat: bool = False
+    template_kwargs: dict = field(default_factory=dict)  # chat endpoints: e.g. {"enable_thinking": False}
+
+    @classmethod
+    def of(cls, prompt: Prompt, seed: int) -> "Request":
+        return cls(prompt.text, seed, prompt.chat, dict(prompt.template_kwargs))
+
+    def hash(self) -> str:
+        """Short hash of what the backend receives (text and template options), stored with each sample."""
+        blob = self.prompt if not self.template_kwargs else self.prompt + json.dumps(self.template_kwargs, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass
+class Completion:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str  # "stop" | "length"
+    latency_s: float
+
+    @property
+    def usage(self) -> dict:
+        """Token usage in the OpenAI shape (Part III's cost accounting sums these)."""
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens}
+
+
+class Backend(Protocol):
+    name: str
+
+    def prompt(self, fmt: str, text: str) -> Prompt: ...
+
+    def generate(self, requests: list[Request], params: SamplingParams) -> list[Completion]: ...
+
+    def identity(self) -> dict: ...
+
+
+class LocalBackend:
+    """Shared by backends that hold the model's tokenizer: prompts use its chat template."""
+
+    name = "local"
+    tokenizer = None
+    model_name = ""
+    adapter: str | None = None
+
+    def prompt(self, fmt: str, text: str) -> Prompt:
+        return build_prompt(fmt, text, self.tokenizer)
+
+    def identity(self) -> dict:
+        return {"backend": self.name, **model_identity(self.model_name), "adapter_sha256": adapter_identity(self.adapter)}
+
+
+BACKENDS: dict[str, Callable[..., Backend]] = {}
+
+
+def register_backend(name: str):
+    def deco(factory):
+        if name in BACKENDS:
+            raise ValueError(f"backend {name!r} is registered twice")
+        BACKENDS[name] = factory
+        return factory
+    return deco
+
+
+def make_backend(kind: str, model: str, adapter: str | None = None, **kwargs) -> Backend:
+    from . import hf, openai, vllm  # noqa: F401 - importing registers them
+
+    if kind not in BACKENDS:
+        raise ValueError(f"unknown backend {kind!r}; backends: {', '.join(sorted(BACKENDS))}")
+    return BACKENDS[kind](model, adapter, **kwargs)
+
+
+def accepted_options(kind: str, **options) -> dict:
+    """The options (not None) that backend ``kind`` accepts: a command line offers all, each backend takes its own."""
+    import inspect
+
+    if kind not in BACKENDS:
+        raise ValueError(f"unknown backend {kind!r}; backends: {', '.join(sorted(BACKENDS))}")
+    params = inspect.signature(BACKENDS[kind]).parameters
+    return {k: v for k, v in options.items() if k in params and v is not None}
+
+
+# ---------------------------------------------------------------- identities
+
+_WEIGHTS_FULL_HASH_BYTES = 512 << 20  # hash every byte of weights up to this size; above it, the index
+
+
+def _safetensors_header(path: Path) -> bytes:
+    with path.open("rb") as fh:
+        n = int.from_bytes(fh.read(8), "little")
+        return fh.read(min(n, 64 << 20))
+
+
+_identity_memo: dict[tuple, dict] = {}
+
+
+def model_identity(model: str) -> dict:
+    """Resolved path and weights hash of a local model folder; a hub id or served name as given.
+
+    Weights up to 512 MB are hashed byte for byte. Larger checkpoints are identified by
+    their weights' index — ``config.json``, every safetensors header (tensor names,
+    shapes, dtypes, offsets) and file sizes — which is cheap for a 60 GB model but does
+    not see a change of values that keeps every shape: give such a model a new folder.
+    """
+    p = Path(model)
+    if not p.is_dir():
+        return {"model": model}
+    p = p.resolve()
+    files = sorted(x for x in p.iterdir() if x.suffix == ".safetensors" or x.name in ("config.json",))
+    stamp = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    key = (str(p), stamp)
+    if key not in _identity_memo:
+        h = hashlib.sha256()
+        full = sum(f.stat().st_size for f in files) <= _WEIGHTS_FULL_HASH_BYTES
+        for f in files:
+            h.update(f.name.encode() + b"\0" + str(f.stat().st_size).encode() + b"\0")
+            if full or f.suffix != ".safetensors":
+                h.update(f.read_bytes())
+            else:
+                h.update(_safetensors_header(f))
+        _identity_memo[key] = {"model": p.name, "weights_sha256": h.hexdigest(),
+                               "weights_hash": "content" if full else "index"}
+    return _identity_memo[key]
+
+
+def adapter_identity(adapter: str | os.PathLike | None) -> str | None:
+    """sha256 over an adapter folder's files (None without an adapter)."""
+    if not adapter:
+        return None
+    from ..records import sha256_tree
+
+    return sha256_tree(adapter)

@@ -1,0 +1,87 @@
+"""A request-keyed completion cache: one JSONL file, shared by sampling and judging.
+
+Key = sha256 over the canonical JSON of
+  (backend identity — backend, model and a hash of its weights' index, adapter sha256 —,
+   the request — prompt text, chat flag, template options, seed —, the sampling parameters).
+A hit returns the stored completion without calling the backend. Entries are appended
+(one line each, flushed and fsynced) after each backend call, so a crash loses at most
+the call in flight; a torn last line is cut off on open, as :func:`polyvox.records.iter_jsonl`
+tolerates one. :class:`CachingBackend` wraps any backend in the cache, as
+lm-evaluation-harness's ``CachingLM`` wraps a model.
+
+Departure from ``CachingLM`` (SQLite, keyed by the model's arguments): the key holds
+the weights' hash, so a retrained checkpoint saved in the same folder misses; and the
+file is append-only JSONL that a reader can open, like every other polyvox record.
+What a key cannot see: the transformers backend seeds its random generator once per
+batch, so a sampled (temperature > 0) completion also depends on the batch it ran in
+— the cache returns the one it stored.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+from .backends.base import Backend, Completion, Request, SamplingParams
+from .records import append_jsonl, iter_jsonl, repair_truncated_tail
+
+
+def request_key(identity: dict, request: Request, params: SamplingParams) -> str:
+    blob = json.dumps({"identity": identity, "request": asdict(request), "params": asdict(params)},
+                      sort_keys=True, ensure_ascii=False, default=list)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+class CompletionCache:
+    """The completions of one JSONL file, by request key."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.entries: dict[str, Completion] = {}
+        self.hits = self.misses = 0
+        if self.path.exists():
+            repair_truncated_tail(self.path)  # an append after a torn line would glue onto it
+            for _, obj in iter_jsonl(self.path):
+                self.entries[obj["key"]] = Completion(**obj["completion"])
+
+    def get(self, key: str) -> Completion | None:
+        hit = self.entries.get(key)
+        if hit is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return hit
+
+    def put(self, items: list[tuple[str, Completion]]) -> None:
+        new = [(k, c) for k, c in items if k not in self.entries]
+        append_jsonl(self.path, [{"key": k, "completion": asdict(c)} for k, c in new])
+        self.entries.update(new)
+
+
+class CachingBackend:
+    """A backend whose ``generate`` answers from the cache and asks the backend only for misses."""
+
+    def __init__(self, backend: Backend, cache: CompletionCache | str | os.PathLike):
+        self.backend = backend
+        self.cache = cache if isinstance(cache, CompletionCache) else CompletionCache(cache)
+        self.name = backend.name
+        self._identity = backend.identity()
+
+    def prompt(self, fmt: str, text: str):
+        return self.backend.prompt(fmt, text)
+
+    def identity(self) -> dict:
+        return self._identity
+
+    def generate(self, requests: list[Request], params: SamplingParams) -> list[Completion]:
+        keys = [request_key(self._identity, r, params) for r in requests]
+        found = [self.cache.get(k) for k in keys]
+        missing = [i for i, c in enumerate(found) if c is None]
+        if missing:
+            fresh = self.backend.generate([requests[i] for i in missing], params)
+            self.cache.put([(keys[i], c) for i, c in zip(missing, fresh)])
+            for i, c in zip(missing, fresh):
+                found[i] = c
+        return found  # type: ignore[return-value]

