@@ -31,6 +31,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -75,6 +76,9 @@ class RLConfig:
     vllm_gpu_memory_utilization: float = 0.3
     target_parameters: list | None = None
     gradient_accumulation_steps: int = 1
+    # another reward than the study's: (completion, problem) -> (reward, correct, format_valid);
+    # e.g. Part III's 0.35 × final correctness + 0.65 × step judge. None: :func:`reward`.
+    reward_fn: Callable | None = None
 
 
 def reward(arm: str, completion: str, gold: str, tag_coef: float = 0.2, grader: str = "integer") -> tuple[float, bool, bool]:
@@ -117,7 +121,8 @@ def train(cfg: RLConfig, progress: bool = True) -> Path:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tok = AutoTokenizer.from_pretrained(cfg.model)
     tok.padding_side = "left"
-    summary = {k: v for k, v in asdict(cfg).items() if k not in ("stages", "heldout")}
+    summary = {k: v for k, v in asdict(cfg).items() if k not in ("stages", "heldout", "reward_fn")}
+    summary["reward"] = getattr(cfg.reward_fn, "__qualname__", "grpo.reward") if cfg.reward_fn else "grpo.reward"
     summary["stages"] = [{"name": s.name, "steps": s.steps, "problems": len(s.problems), "grading": s.grading}
                          for s in cfg.stages]
     summary["heldout_problems"] = len(cfg.heldout)
@@ -136,6 +141,7 @@ def train(cfg: RLConfig, progress: bool = True) -> Path:
                                      target_modules="all-linear", target_parameters=cfg.target_parameters,
                                      task_type="CAUSAL_LM")
         rows = [{"prompt": prompt_for(cfg.arm, p.text, tok), "gold": p.gold, "pid": p.id} for p in stage.problems]
+        by_id = {p.id: p for p in stage.problems}
         if not rows:
             raise ValueError(f"stage {stage.name}: no problems to train on")
         if len(rows) < cfg.prompts_per_step:
@@ -147,8 +153,11 @@ def train(cfg: RLConfig, progress: bool = True) -> Path:
         dataset = Dataset.from_list(rows)
         stash: list[dict] = []
 
-        def reward_fn(prompts, completions, gold, completion_ids=None, **kw):
-            rs = [reward(cfg.arm, c, g, cfg.tag_coef, stage.grading) for c, g in zip(completions, gold)]
+        def reward_fn(prompts, completions, gold, pid, completion_ids=None, **kw):
+            if cfg.reward_fn is not None:
+                rs = [cfg.reward_fn(c, by_id[i]) for c, i in zip(completions, pid)]
+            else:
+                rs = [reward(cfg.arm, c, g, cfg.tag_coef, stage.grading) for c, g in zip(completions, gold)]
             lengths = [len(ids) for ids in completion_ids] if completion_ids is not None else \
                 [len(tok(c, add_special_tokens=False)["input_ids"]) for c in completions]
             r = np.array([x[0] for x in rs])
