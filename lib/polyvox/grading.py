@@ -33,8 +33,9 @@ repeated boxes are one value. Statements are looked for in the whole
 completion; the one that starts last wins. A phrase counts only if math-verify
 extracts something from the 300 characters after it; otherwise the statement
 before it is taken. An unclosed ``\\boxed{`` (a truncated answer) is no
-statement. With no statement at all, math-verify's own search runs on the whole
-completion (its anchored patterns, rightmost first).
+statement (and is hidden from math-verify). With no statement at all,
+math-verify's own search runs on the whole completion (its anchored patterns,
+rightmost first).
 
 The panel study's fallback is kept: when the chosen answer does not verify and
 the completion has an ``<answer>…</answer>`` body (an unclosed final block
@@ -72,8 +73,9 @@ Departures from math-verify run on the whole completion, and why:
    ``allow_set_relation_comp`` (``-2 \\le x \\le 7`` equals ``x \\in [-2, 7]``)
    go to ``math_verify.verify`` unchanged.
 
-math-verify's logging is silenced (its time-out warnings repeat the whole input,
-tens of kilobytes per pathological item).
+math-verify's log records are kept off stderr (its time-out warnings repeat the
+whole input, tens of kilobytes per pathological item); a verdict that is wrong
+after one of its parses or comparisons timed out has ``status="timeout"``.
 
 Numbers in ``integer`` and ``gsm*`` graders: a comma is a thousands separator
 only between a first group of one to three digits and groups of exactly three
@@ -222,17 +224,34 @@ def _closing_braces(text: str) -> dict[int, int]:
     return close
 
 
-def boxes(text: str) -> list[tuple[int, int, str]]:
-    """Every closed \\boxed{...}/\\fbox{...}: (start, end, content), in order; unclosed ones skipped."""
+def _box_openers(text: str) -> list[tuple[re.Match, int | None]]:
+    """Each \\boxed{ / \\fbox{ with the position of its closing brace (None: unclosed)."""
     if "\\boxed" not in text and "\\fbox" not in text:
         return []
     close = _closing_braces(text)
-    found = []
-    for m in _BOX_OPEN.finditer(text):
-        end = close.get(m.end() - 1)
-        if end is not None:
-            found.append((m.start(), end + 1, text[m.end():end].strip()))
-    return found
+    return [(m, close.get(m.end() - 1)) for m in _BOX_OPEN.finditer(text)]
+
+
+def boxes(text: str) -> list[tuple[int, int, str]]:
+    """Every closed \\boxed{...}/\\fbox{...}: (start, end, content), in order; unclosed ones skipped."""
+    return [(m.start(), end + 1, text[m.end():end].strip()) for m, end in _box_openers(text) if end is not None]
+
+
+def _unclosed_boxes_dropped(text: str) -> str:
+    """The macro name of every unclosed box removed (its brace kept).
+
+    An unclosed box is no answer here, and math-verify's own box pattern would
+    otherwise read a truncated box up to some later brace, scanning to the end
+    of the text once per opener (quadratic: 17 s on 50,000 openers).
+    """
+    cuts = [(m.start(), m.end() - 1) for m, end in _box_openers(text) if end is None]
+    if not cuts:
+        return text
+    pieces, at = [], 0
+    for start, brace in cuts:
+        pieces.append(text[at:start])
+        at = brace
+    return "".join(pieces) + text[at:]
 
 
 def last_boxed(text: str) -> str | None:
@@ -509,7 +528,7 @@ def _chosen(text: str, statements: list[Statement]) -> tuple[list, str | None]:
         parsed = _parse("final answer is " + st.after)
         if parsed:
             return parsed, _phrase_text(st.after)
-    return _parse(text), None
+    return _parse(_unclosed_boxes_dropped(text)), None
 
 
 @register_grader("math")
