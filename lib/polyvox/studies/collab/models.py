@@ -1,0 +1,116 @@
+"""The miniature pool: one tokenizer, four tiny Qwen3 models, protocol-distillation adapters.
+
+- Tokenizer: :func:`polyvox.train.pretrain.train_tokenizer` on solo solutions and traces
+  of both tasks (byte-level BPE, digits one token each, the Qwen-style chat template).
+- Base models (``small``, ``mid``, ``big`` and the single ``large`` reference), Qwen3
+  architecture trained from scratch, sizes chosen in the scale file so their parameter
+  counts stand roughly as the study's 1.7 : 4 : 8 : 14. Each is trained on chat-formatted
+  solo solutions (:func:`.traces.solo`), loss on the assistant turn only — the stand-in
+  for an instruction-tuned Qwen3 that has never seen the protocol.
+- Protocol distillation (PD): a LoRA adapter per agent (all linear layers), SFT on that
+  agent's turns of the coordination traces (:func:`.traces.sft_examples`), loss on the
+  turn only; ``homo``: one adapter on ``mid`` trained on all three roles' turns (the
+  prompt names the role), for the homogeneous pool.
+Training: :func:`polyvox.train.pretrain.train_loop` (AdamW, warm-up then cosine), seeded.
+Saved with ``save_pretrained`` (safetensors; base models in bf16) with a ``card.json``.
+"""
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+
+from ...train.pretrain import save, train_loop, train_tokenizer
+from .traces import solo
+
+MODELS = ("small", "mid", "big", "large")
+
+
+def chat_rows(tok, pairs: list[tuple[str, str]], seq_len: int) -> list[tuple[list[int], int]]:
+    rows = []
+    for user, answer in pairs:
+        prompt = tok.apply_chat_template([{"role": "user", "content": user}], tokenize=False,
+                                         add_generation_prompt=True, enable_thinking=True)
+        p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
+        f_ids = tok(prompt + answer + "<|im_end|>", add_special_tokens=False)["input_ids"][:seq_len]
+        rows.append((f_ids, len(p_ids)))
+    return rows
+
+
+def batcher(rows, batch: int, pad_id: int, seed: int):
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+
+    def fn(step):
+        pick = [rows[i] for i in torch.randint(0, len(rows), (batch,), generator=gen).tolist()]
+        width = max(len(r[0]) for r in pick)
+        x = torch.full((batch, width), pad_id)
+        y = torch.full((batch, width), -100)
+        for i, (ids, n_prompt) in enumerate(pick):
+            x[i, : len(ids)] = torch.tensor(ids)
+            y[i, n_prompt: len(ids)] = torch.tensor(ids[n_prompt:])
+        return x, y
+    return fn
+
+
+def build_tokenizer(out: Path, texts: list[str], vocab: int):
+    tok = train_tokenizer(texts, out / "tokenizer", vocab, eos="<|im_end|>")
+    return tok
+
+
+def train_base(out: Path, name: str, spec: dict, tok, pairs, seq_len: int, batch: int, steps: int, lr: float,
+               seed: int, progress: bool = False) -> dict:
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    h = spec["hidden"]
+    cfg = Qwen3Config(vocab_size=len(tok), hidden_size=h, intermediate_size=spec["intermediate"],
+                      num_hidden_layers=spec["layers"], num_attention_heads=max(1, h // 32),
+                      num_key_value_heads=max(1, h // 64), head_dim=32, max_position_embeddings=1024,
+                      tie_word_embeddings=True, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                      bos_token_id=None, rope_theta=10000.0)
+    model = Qwen3ForCausalLM(cfg)
+    log: list = []
+    t0 = time.time()
+    rows = chat_rows(tok, pairs, seq_len)
+    train_loop(model, batcher(rows, batch, tok.pad_token_id, seed), steps, lr, "cpu", log, name, progress)
+    save(model, tok, out / name)
+    n = sum(p.numel() for p in model.parameters())
+    card = {"name": name, "parameters": n, **spec, "vocab": len(tok), "steps": steps, "batch": batch, "lr": lr,
+            "examples": len(rows), "seed": seed, "seconds": round(time.time() - t0, 1),
+            "final_loss": log[-1]["loss"], "loss_log": log,
+            "stage": "trained from scratch on chat-formatted solo solutions (assistant turn only)"}
+    (out / name / "card.json").write_text(json.dumps(card, indent=1) + "\n")
+    return card
+
+
+def train_pd(base_dir: Path, out_dir: Path, pairs, seq_len: int, batch: int, steps: int, lr: float, rank: int,
+             seed: int, progress: bool = False) -> dict:
+    """LoRA SFT of one agent on its trace turns; saves the adapter (safetensors) and a card."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(seed)
+    tok = AutoTokenizer.from_pretrained(base_dir)
+    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0,
+                                             target_modules="all-linear", task_type="CAUSAL_LM"))
+    log: list = []
+    t0 = time.time()
+    rows = chat_rows(tok, pairs, seq_len)
+    random.Random(seed).shuffle(rows)
+    train_loop(model, batcher(rows, batch, tok.pad_token_id, seed), steps, lr, "cpu", log, out_dir.name, progress)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    card = {"base": base_dir.name, "rank": rank, "steps": steps, "batch": batch, "lr": lr, "examples": len(rows),
+            "seconds": round(time.time() - t0, 1), "final_loss": log[-1]["loss"], "loss_log": log,
+            "stage": "protocol distillation: LoRA SFT on this agent's coordination-trace turns"}
+    (out_dir / "card.json").write_text(json.dumps(card, indent=1) + "\n")
+    return card
+
+
+def solo_pairs(problems) -> list[tuple[str, str]]:
+    return [(p.text, solo(p)) for p in problems]

@@ -1,0 +1,245 @@
+"""Part III in miniature, stage by stage: models → pd → rl → eval.
+
+``polyvox collab run --scale SCALE --out DIR`` (or :func:`run`) takes the stages in
+order; each writes ``<out>/<stage>/manifest.json`` with its settings, status and seconds,
+and a stage whose manifest says complete under the same settings is skipped (a folder
+holding another scale's stage is refused). Within ``eval`` every system is a resumable
+trajectory run (:func:`.scheduler.run`), so a killed evaluation resumes question by question.
+Scales: ``configs/collab/<scale>.yaml`` (``smoke``: seconds, plumbing only; ``cpu``: the
+recorded runs; ``h200``: full scale, documented, not run here).
+
+Stages
+- ``models``: tokenizer and the four base models (:mod:`.models`);
+- ``pd``: protocol distillation, a LoRA adapter per agent plus ``homo`` (:mod:`.models`);
+- ``rl``: pyramid supervision, GRPO (:func:`polyvox.train.grpo.train`) from each agent's PD
+  adapter on the states it meets in the traces, reward 0.35 × correct + 0.65 × step judge
+  (:func:`.judge.pyramid_reward` as ``RLConfig.reward_fn``);
+- ``eval``: on the test questions of both tasks, greedy: each single model alone
+  (``solo-<m>``), small and mid sampled once more for the cascade's agreement check
+  (``sample-<m>``), and the collaborations ``cl-base`` (no training stage), ``cl-pd``
+  (PD only), ``cl`` (PD + RL) and ``homo`` (three copies of mid, PD adapter ``homo``).
+Majority vote and the cascade are computed from the solo and sample records
+(:mod:`.analysis`): their answers and costs are those of the calls they would make.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import yaml
+
+from ...backends import SamplingParams, make_backend
+from ...records import Problem, append_jsonl, now_iso, read_json, write_manifest
+from . import scheduler as sched
+from .tasks import collab_qa, collab_world
+
+STAGES = ("models", "pd", "rl", "eval")
+AGENTS = ("small", "mid", "big")
+SCALE_DIR = Path(__file__).resolve().parents[4] / "configs" / "collab"
+
+
+def load_scale(scale: str | Path) -> dict:
+    path = Path(scale)
+    if path.suffix not in (".yaml", ".yml"):
+        path = SCALE_DIR / f"{scale}.yaml"
+    if not path.exists():
+        names = sorted(p.stem for p in SCALE_DIR.glob("*.yaml"))
+        raise ValueError(f"unknown collab scale {scale!r}; scales: {', '.join(names)} (or a YAML path)")
+    data = yaml.safe_load(path.read_text())
+    expected = {"data", "models", "pd", "rl", "eval"}
+    if not isinstance(data, dict) or not expected <= set(data):
+        raise ValueError(f"{path}: expected the sections {', '.join(sorted(expected))}")
+    return {"name": path.stem, **data}
+
+
+def problems(s: dict, split: str) -> list[Problem]:
+    d = s["data"] if split == "train" else s["eval"]
+    seed = s["data"]["seed"] + (0 if split == "train" else 100)
+    return (collab_world(levels=s["data"]["world_levels"], per_level=d["world_per_level"], seed=seed, split=split)
+            + collab_qa(n=d["qa_n"], seed=seed + 1, split=split))
+
+
+def _settings(s: dict, *sections) -> dict:
+    return json.loads(json.dumps({"scale": s["name"], "data": s["data"], **{k: s[k] for k in sections}}))
+
+
+def _begin(folder: Path, settings: dict) -> bool:
+    m = folder / "manifest.json"
+    if not m.exists():
+        return False
+    old = read_json(m)
+    if old.get("settings") not in (None, settings):
+        changed = sorted(k for k in settings if (old["settings"] or {}).get(k) != settings[k])
+        raise ValueError(f"{folder}: holds a stage run with other settings ({', '.join(changed)}); use a new --out")
+    return old.get("status") == "complete"
+
+
+def stage_models(out: Path, s: dict) -> None:
+    from .models import build_tokenizer, solo_pairs, train_base
+    from .traces import sft_examples
+
+    m = s["models"]
+    train = problems(s, "train")
+    pairs = solo_pairs(train)
+    texts = [u + " " + a for u, a in pairs] + [u + " " + a for ex in sft_examples(train[:400]).values()
+                                                for u, a in ex]
+    tok = build_tokenizer(out, texts, m["vocab"])
+    cards = {}
+    for i, name in enumerate(("small", "mid", "big", "large")):
+        spec = dict(m["sizes"][name])
+        steps = spec.pop("steps")
+        cards[name] = train_base(out, name, spec, tok, pairs, m["seq_len"], m["batch"], steps, m["lr"],
+                                 s["data"]["seed"] + i)
+    (out / "params.json").write_text(json.dumps({k: c["parameters"] for k, c in cards.items()}, indent=1) + "\n")
+
+
+def stage_pd(out: Path, s: dict, models: Path) -> None:
+    from .models import train_pd
+    from .traces import sft_examples
+
+    p = s["pd"]
+    ex = sft_examples(problems(s, "train"), seed=s["data"]["seed"], slip=p["slip"])
+    for i, a in enumerate(AGENTS):
+        train_pd(models / a, out / a, ex[a], s["models"]["seq_len"], p["batch"], p["steps"], p["lr"], p["rank"],
+                 s["data"]["seed"] + i)
+    every = [pair for a in AGENTS for pair in ex[a]]
+    train_pd(models / "mid", out / "homo", every, s["models"]["seq_len"], p["batch"], p["steps"], p["lr"],
+             p["rank"], s["data"]["seed"] + 7)
+
+
+def rl_problems(s: dict, agent: str, n: int) -> list[Problem]:
+    """The states ``agent`` meets in the traces of training questions, as Problems for GRPO."""
+    import random
+
+    from .traces import coordination_trace
+
+    rng = random.Random(s["data"]["seed"] + 5)
+    out = []
+    for p in problems(s, "train"):
+        for t in coordination_trace(p, rng, s["pd"]["slip"]):
+            if t["agent"] == agent and not t["slipped"]:
+                out.append(Problem(f"{p.id}-{agent}-{len(out)}", t["prompt"], p.gold, dict(p.metadata)))
+    rng.shuffle(out)
+    return out[:n]
+
+
+def stage_rl(out: Path, s: dict, models: Path, pd: Path) -> None:
+    from ...train import grpo
+    from .judge import pyramid_reward
+
+    r = s["rl"]
+    for a in AGENTS:
+        cfg = grpo.RLConfig(model=str(models / a), arm="think", out=str(out / a), init_adapter=str(pd / a),
+                            stages=[grpo.Stage("pyramid", rl_problems(s, a, r["problems"]), r["steps"])],
+                            lora_rank=s["pd"]["rank"], lora_alpha=2 * s["pd"]["rank"], group_size=r["group"],
+                            prompts_per_step=r["prompts"], max_completion_length=r["max_tokens"],
+                            learning_rate=r["lr"], eval_every=10 ** 6, save_every=10 ** 6, seed=s["data"]["seed"],
+                            reward_fn=pyramid_reward)
+        grpo.train(cfg, progress=False)
+
+
+def _backend(model: Path, adapter: Path | None, e: dict):
+    return make_backend("transformers", str(model), str(adapter) if adapter else None,
+                        batch_size=e["batch_size"], dtype="float32")
+
+
+def solo_run(out: Path, probs: list[Problem], name: str, backend, params: SamplingParams, settings: dict,
+             seed: int = 0) -> Path:
+    """One call per question (a single model alone), written as one-turn trajectories (resumable)."""
+    from ...backends.base import Request
+    from .protocol import parse_turn
+
+    out.mkdir(parents=True, exist_ok=True)
+    settings = json.loads(json.dumps({**settings, "agent": name, "temperature": params.temperature,
+                                      "max_tokens": params.max_tokens, "seed": seed,
+                                      "questions": sorted(p.id for p in probs)}))
+    sched.check_settings(out, settings)
+    done = sched._existing(out / sched.TRAJECTORIES)
+    started = now_iso()
+    write_manifest(out, settings=settings, started=started, status="running")
+    todo = [p for p in probs if p.id not in done]
+    t0 = time.time()
+    for b in range(0, len(todo), 64):
+        batch = todo[b:b + 64]
+        reqs = [Request.of(backend.prompt("think", p.text), sched.turn_seed(seed, p.id, 0)) for p in batch]
+        comps = backend.generate(reqs, params)
+        recs = []
+        for p, c in zip(batch, comps):
+            turn = parse_turn(c.text, (name,))
+            recs.append({"id": p.id, "question": p.text, "gold": p.gold, "first": name,
+                         "status": "confirmed" if turn.answer else "no_answer", "final": turn.answer,
+                         "n_turns": 1, "metadata": p.metadata,
+                         "turns": [{"agent": name, "attempt": 0, "prompt_tokens": c.prompt_tokens,
+                                    "completion_tokens": c.completion_tokens, "answer": turn.answer,
+                                    "action": None, "target": None, "note": "", "violation": None,
+                                    "forced_handoff": None, "latency_s": round(c.latency_s, 4), "text": c.text}]})
+        append_jsonl(out / sched.TRAJECTORIES, recs)
+    write_manifest(out, settings=settings, started=started, finished=now_iso(), status="complete",
+                   records=len(probs), seconds=round(time.time() - t0, 2))
+    return out
+
+
+def eval_systems(models: Path, pd: Path, rl: Path) -> dict:
+    """CL systems: agent name → (model folder, adapter folder or None)."""
+    return {"cl-base": {a: (models / a, None) for a in AGENTS},
+            "cl-pd": {a: (models / a, pd / a) for a in AGENTS},
+            "cl": {a: (models / a, rl / a / "pyramid" / "adapter") for a in AGENTS},
+            "homo": {a: (models / "mid", pd / "homo") for a in AGENTS}}
+
+
+def stage_eval(out: Path, s: dict, models: Path, pd: Path, rl: Path, only: list[str] | None = None) -> None:
+    e = s["eval"]
+    test = problems(s, "test")
+    settings = _settings(s, "eval")
+    greedy = SamplingParams(e["max_tokens"], 0.0)
+    for m in ("small", "mid", "big", "large"):
+        if only and f"solo-{m}" not in only:
+            continue
+        solo_run(out / f"solo-{m}", test, m, _backend(models / m, None, e), greedy, settings)
+    for m in ("small", "mid"):
+        if only and f"sample-{m}" not in only:
+            continue
+        solo_run(out / f"sample-{m}", test, m, _backend(models / m, None, e),
+                 SamplingParams(e["max_tokens"], e["cascade_temperature"]), settings, seed=1)
+    for system, spec in eval_systems(models, pd, rl).items():
+        if only and system not in only:
+            continue
+        agents = {a: _backend(mdl, ad, e) for a, (mdl, ad) in spec.items()}
+        sc = sched.Scheduler(agents, "small", t_max=e["t_max"], max_retries=e["max_retries"], params=greedy,
+                             seed=s["data"]["seed"])
+        sched.run(out / system, test, sc, {**settings, "system": system})
+
+
+def run(out: str | Path, scale: str | Path = "smoke", stages=STAGES, models_dir: str | Path | None = None) -> dict:
+    """Run the stages in order into out/<stage>/ (skipping complete ones); returns seconds per stage."""
+    s = load_scale(scale)
+    out = Path(out)
+    models = Path(models_dir) if models_dir else out / "models"
+    times = {}
+    for stage in STAGES:
+        if stage not in stages:
+            continue
+        folder = out / stage
+        sections = {"models": ("models",), "pd": ("models", "pd"), "rl": ("models", "pd", "rl"),
+                    "eval": ("models", "pd", "rl", "eval")}[stage]
+        settings = _settings(s, *sections)
+        if _begin(folder, settings):
+            times[stage] = read_json(folder / "manifest.json").get("seconds")
+            continue
+        folder.mkdir(parents=True, exist_ok=True)
+        started, t0 = now_iso(), time.time()
+        write_manifest(folder, settings=settings, started=started, status="running")
+        if stage == "models":
+            stage_models(folder, s)
+        elif stage == "pd":
+            stage_pd(folder, s, models)
+        elif stage == "rl":
+            stage_rl(folder, s, models, out / "pd")
+        else:
+            stage_eval(folder, s, models, out / "pd", out / "rl")
+        times[stage] = round(time.time() - t0, 1)
+        write_manifest(folder, settings=settings, started=started, finished=now_iso(), status="complete",
+                       seconds=times[stage])
+        print(f"collab: stage {stage} done in {times[stage]} s", flush=True)
+    return times

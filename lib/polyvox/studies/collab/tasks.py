@@ -1,0 +1,133 @@
+"""Part III's two tasks as polyvox Problems with their gold steps: world arithmetic and multi-hop QA.
+
+- ``collab_world``: the miniature world's problems (:mod:`polyvox.studies.world.problems`),
+  levels 1–3 by default; gold = the integer answer (grader ``integer``); metadata holds
+  the gold step calculations (``"12 + 5 = 17"``) for the step judge and the traces.
+- ``collab_qa``: a generated multi-hop QA set, MuSiQue in miniature. A seeded knowledge base
+  of people (mentor of), people's birth towns, towns' regions and regions' countries; a
+  question asks for the end of a 2–4-hop chain from a person ("In which region was the
+  mentor of Ada Quill born?"). The question text carries its context, as MuSiQue's
+  paragraphs do: the chain's facts and ``distractors`` facts about other entities,
+  shuffled. Gold = the answer entity (regions have two-word names, so token F1 differs
+  from exact match); grader ``qa`` (SQuAD-normalised EM and token F1). Splits: a
+  question's split is a hash of its text (20 % test), as in the world.
+Both register in :mod:`polyvox.tasks` on import.
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+
+from ...records import Problem
+from ...tasks import register_task
+from ..world import problems as world
+
+FIRST = ["Ada", "Ben", "Cleo", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jun", "Kai", "Lia", "Max", "Nia",
+         "Oto", "Pia"]
+LAST = ["Quill", "Rook", "Sage", "Thorn", "Umber", "Vance", "Wren", "Yarrow"]
+TOWNS = ["Corvo", "Dunmere", "Elsby", "Farrow", "Glenn", "Harlow", "Ismere", "Jarrow", "Kettle", "Lindale",
+         "Morrow", "Norby"]
+REGIONS = ["North Vale", "South Reach", "East March", "West Fold", "High Moor", "Low Fen"]
+COUNTRIES = ["Aldra", "Belmor", "Cassia"]
+
+
+def world_problem(p) -> Problem:
+    steps = [s.calc() for s in p.steps]
+    return Problem(p.id, p.text, str(p.answer), {"task": "world", "level": p.level, "steps": steps,
+                                                 "start": f"We start with {p.start}."})
+
+
+@register_task("collab_world", grader="integer", levels=True)
+def collab_world(data_dir=None, levels=(1, 2, 3), per_level: int = 20, seed: int = 0, split: str | None = None):
+    levels = [int(x) for x in (levels if isinstance(levels, (list, tuple)) else [levels])]
+    return [world_problem(p) for p in world.generate(per_level, seed=seed, levels=levels, split=split)]
+
+
+def knowledge_base(seed: int = 0) -> dict:
+    rng = random.Random(seed)
+    people = [f"{f} {l}" for f in FIRST for l in LAST]
+    rng.shuffle(people)
+    people = people[:48]
+    return {"mentor": {p: rng.choice([q for q in people if q != p]) for p in people},
+            "born": {p: rng.choice(TOWNS) for p in people},
+            "region": {t: rng.choice(REGIONS) for t in TOWNS},
+            "country": {r: rng.choice(COUNTRIES) for r in REGIONS}}
+
+
+QUESTIONS = {2: "In which town was the mentor of {p} born?",
+             3: "In which region was the mentor of {p} born?",
+             4: "In which country was the mentor of {p} born?"}
+
+
+def qa_chain(kb: dict, person: str, hops: int) -> tuple[list[str], str]:
+    """The chain's facts (as sentences, in order) and its answer."""
+    m = kb["mentor"][person]
+    town = kb["born"][m]
+    facts = [f"The mentor of {person} is {m}.", f"{m} was born in {town}."]
+    answer = town
+    if hops >= 3:
+        answer = kb["region"][town]
+        facts.append(f"{town} lies in {answer}.")
+    if hops >= 4:
+        region, answer = answer, kb["country"][answer]
+        facts.append(f"{region} belongs to {answer}.")
+    return facts, answer
+
+
+def _distractor(kb: dict, rng: random.Random, avoid: set) -> str:
+    kind = rng.choice(["mentor", "born", "region", "country"])
+    key = rng.choice(sorted(kb[kind]))
+    val = kb[kind][key]
+    s = {"mentor": f"The mentor of {key} is {val}.", "born": f"{key} was born in {val}.",
+         "region": f"{key} lies in {val}.", "country": f"{key} belongs to {val}."}[kind]
+    return s if s not in avoid else ""
+
+
+def make_qa(n: int, seed: int = 0, hops=(2, 3, 4), distractors: int = 3, split: str | None = None,
+            kb_seed: int = 0) -> list[Problem]:
+    kb = knowledge_base(kb_seed)
+    rng = random.Random(seed)
+    out, seen = [], set()
+    people = sorted(kb["mentor"])
+    tries = 0
+    while len(out) < n:
+        tries += 1
+        if tries > 200 * n + 1000:
+            raise RuntimeError(f"collab_qa: cannot make {n} unique {split or ''} questions")
+        h = hops[len(out) % len(hops)]
+        person = rng.choice(people)
+        facts, answer = qa_chain(kb, person, h)
+        context = list(facts)
+        while len(context) < len(facts) + distractors:
+            d = _distractor(kb, rng, set(context))
+            if d:
+                context.append(d)
+        rng.shuffle(context)
+        text = " ".join(context) + " " + QUESTIONS[h].format(p=person)
+        sp = "test" if int(hashlib.sha256(text.encode()).hexdigest(), 16) % 5 == 0 else "train"
+        if text in seen or (split and sp != split):
+            continue
+        seen.add(text)
+        pid = f"qa{h}-" + hashlib.sha256(text.encode()).hexdigest()[:10]
+        out.append(Problem(pid, text, answer, {"task": "qa", "level": h, "hops": h, "steps": facts, "split": sp}))
+    return out
+
+
+@register_task("collab_qa", grader="qa", levels=True)
+def collab_qa(data_dir=None, n: int = 30, seed: int = 0, hops=(2, 3, 4), distractors: int = 3,
+              split: str | None = None):
+    return make_qa(n, seed, tuple(hops), distractors, split)
+
+
+def grader_for(problem_or_meta) -> str:
+    meta = getattr(problem_or_meta, "metadata", problem_or_meta)
+    return "qa" if meta.get("task") == "qa" else "integer"
+
+
+def grade_answer(answer: str | None, gold, meta: dict):
+    """Grade one projected answer: (correct, f1) with the task's grader."""
+    from ... import grading
+
+    g = grading.grade(grader_for(meta), f"<answer>{answer or ''}</answer>", gold)
+    f1 = g.f1 if g.f1 is not None else float(g.correct)
+    return bool(g.correct) and answer is not None, f1 if answer is not None else 0.0
