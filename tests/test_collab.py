@@ -1,0 +1,232 @@
+"""Part III: the scheduler's rules on scripted agents, kill/resume of a collaboration run,
+cost recomputed from trajectory records, projections, the step judge, a dead endpoint."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from polyvox.backends.base import Completion
+from polyvox.formats import Prompt
+from polyvox.records import Problem, read_jsonl
+from polyvox.studies.collab import cost, projections, scheduler
+from polyvox.studies.collab.judge import pyramid_reward, step_judge
+from polyvox.studies.collab.protocol import format_turn, parse_turn
+
+AGENTS = ("small", "mid", "big")
+
+
+class Scripted:
+    """An agent whose turn is script(agent, prompt, call_index) -> text; counts calls."""
+
+    name = "scripted"
+
+    def __init__(self, agent, script, delay=0.0):
+        self.agent, self.script, self.delay, self.calls = agent, script, delay, 0
+
+    def prompt(self, fmt, text):
+        return Prompt(text, (), False)
+
+    def identity(self):
+        return {"backend": "scripted", "model": self.agent}
+
+    def generate(self, reqs, params):
+        out = []
+        for r in reqs:
+            time.sleep(self.delay)
+            text = self.script(self.agent, r.prompt, self.calls)
+            self.calls += 1
+            out.append(Completion(text, len(r.prompt.split()), len(text.split()), "stop", 0.001))
+        return out
+
+
+def pool(script, delay=0.0):
+    return {a: Scripted(a, script, delay) for a in AGENTS}
+
+
+def q(i=0, gold="7"):
+    return Problem(f"q{i}", f"What is {i} + 7?", gold, {"task": "world", "steps": [f"{i} + 7 = {i + 7}"]})
+
+
+def run_one(script, **kw):
+    sc = scheduler.Scheduler(pool(script), "small", **kw)
+    [t] = sc.run_all([q()])
+    return t
+
+
+def test_confirm_on_first_turn():
+    t = run_one(lambda a, p, i: format_turn("0 + 7 = 7.", "7", "stop"))
+    assert t.status == "confirmed" and t.final == "7" and len(t.turns) == 1
+
+
+def test_handoff_passes_state_and_note():
+    seen = []
+
+    def script(agent, prompt, i):
+        seen.append((agent, prompt))
+        return format_turn("r", "5", "handoff", "big", "check it") if agent == "small" else format_turn("r", "7", "stop")
+    t = run_one(script)
+    assert [x["agent"] for x in t.turns] == ["small", "big"]
+    assert t.final == "7" and "small answered 5; handoff big; note: check it" in seen[1][1]
+
+
+def test_empty_stop_is_retried_then_forced_handoff():
+    def script(agent, prompt, i):
+        return format_turn("r", None, "stop") if agent == "small" else format_turn("r", "7", "stop")
+    t = run_one(script, max_retries=1)
+    assert [x["agent"] for x in t.turns] == ["small", "small", "mid"]
+    assert [x["violation"] for x in t.turns[:2]] == ["empty stop", "empty stop"]
+    assert t.turns[0]["forced_handoff"] is None and t.turns[1]["forced_handoff"] == "mid"
+    assert t.turns[1]["attempt"] == 1 and t.status == "confirmed"
+
+
+def test_malformed_action_is_a_violation_under_the_same_rule():
+    def script(agent, prompt, i):
+        if agent == "small":
+            return "<think>r</think> <answer>3</answer> <action>pass it on</action>"
+        return format_turn("r", "7", "stop")
+    t = run_one(script, max_retries=2)
+    assert [x["agent"] for x in t.turns] == ["small"] * 3 + ["mid"]
+    assert all(x["violation"].startswith("malformed action") for x in t.turns[:3])
+    assert t.turns[2]["forced_handoff"] == "mid"
+
+
+def test_unknown_agent_and_missing_action_are_violations():
+    assert parse_turn("<answer>1</answer> <action>handoff huge | x</action>", AGENTS).violation == "unknown agent 'huge'"
+    assert parse_turn("<answer>1</answer>", AGENTS).violation == "no action"
+    assert parse_turn("<answer>1</answer><action>stop</action><action>stop</action>", AGENTS).violation == "several actions"
+    ok = parse_turn(format_turn("a", "1", "handoff", "mid", "n"), AGENTS)
+    assert ok.violation is None and (ok.action, ok.target, ok.note) == ("handoff", "mid", "n")
+
+
+def test_t_max_ends_an_endless_conversation():
+    ring = {"small": "mid", "mid": "big", "big": "small"}
+    t = run_one(lambda a, p, i: format_turn("r", str(i), "handoff", ring[a], "go on"), t_max=12)
+    assert t.status == "t_max" and len(t.turns) == 12 and t.final is None
+    assert [x["agent"] for x in t.turns[:4]] == ["small", "mid", "big", "small"]
+
+
+def test_retries_count_toward_t_max():
+    t = run_one(lambda a, p, i: "no protocol at all", t_max=5, max_retries=1)
+    assert len(t.turns) == 5 and t.status == "t_max"
+    assert [x["agent"] for x in t.turns] == ["small", "small", "mid", "mid", "big"]
+
+
+def test_batched_rounds_group_questions_by_agent():
+    agents = pool(lambda a, p, i: format_turn("r", "7", "handoff", "mid") if a == "small" else format_turn("r", "7", "stop"))
+    sc = scheduler.Scheduler(agents, "small")
+    done = sc.run_all([q(i) for i in range(5)])
+    assert len(done) == 5 and agents["small"].calls == 5 and agents["mid"].calls == 5
+
+
+def test_run_writes_records_and_manifest_and_refuses_other_settings(tmp_path):
+    sc = scheduler.Scheduler(pool(lambda a, p, i: format_turn("r", "7", "stop")), "small")
+    out = scheduler.run(tmp_path / "r", [q(i) for i in range(3)], sc, {"system": "x"})
+    recs = scheduler.load(out)
+    assert sorted(r["id"] for r in recs) == ["q0", "q1", "q2"]
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["status"] == "complete" and man["settings"]["t_max"] == 12
+    with pytest.raises(ValueError, match="other settings"):
+        scheduler.run(tmp_path / "r", [q(i) for i in range(3)], sc, {"system": "y"})
+
+
+KILL_SCRIPT = """
+import sys, time
+sys.path.insert(0, {lib!r})
+sys.path.insert(0, {tests!r})
+from test_collab import pool, q
+from polyvox.studies.collab import scheduler
+from polyvox.studies.collab.protocol import format_turn
+ring = {{"small": "mid", "mid": "big", "big": "small"}}
+def script(a, p, i):
+    return format_turn("r", "7", "stop") if a == "big" else format_turn("r", "6", "handoff", ring[a], "n")
+sc = scheduler.Scheduler(pool(script, delay={delay}), "small")
+scheduler.run(sys.argv[1], [q(i) for i in range(12)], sc, {{"system": "kill"}}, chunk=2)
+"""
+
+
+def test_kill_and_resume_loses_nothing_and_duplicates_nothing(tmp_path, root):
+    out = tmp_path / "run"
+    script = tmp_path / "go.py"
+    script.write_text(KILL_SCRIPT.format(lib=str(root / "lib"), tests=str(root / "tests"), delay=0.05))
+    proc = subprocess.Popen([sys.executable, str(script), str(out)], start_new_session=True)
+    path = out / scheduler.TRAJECTORIES
+    deadline = time.time() + 60
+    while time.time() < deadline and not (path.exists() and path.read_text().count("\n") >= 4):
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    partial = read_jsonl(path)
+    assert 4 <= len(partial) < 12
+    with path.open("a") as fh:  # a torn line, as a kill in mid-write leaves
+        fh.write('{"id": "q11", "turns": [')
+    script.write_text(KILL_SCRIPT.format(lib=str(root / "lib"), tests=str(root / "tests"), delay=0.0))
+    subprocess.run([sys.executable, str(script), str(out)], check=True)
+    recs = read_jsonl(path)
+    ids = [r["id"] for r in recs]
+    assert sorted(ids) == sorted(f"q{i}" for i in range(12)) and len(ids) == len(set(ids))
+    assert recs[:len(partial)] == partial
+    assert all(r["status"] == "confirmed" and r["n_turns"] == 3 for r in recs)
+
+
+def test_cost_is_recomputed_from_trajectory_records(tmp_path):
+    def script(agent, prompt, i):
+        # small writes 4 words, mid 6, big 8 (the scripted backend counts words as tokens)
+        return {"small": "<think>a</think> <answer>1</answer> <action>handoff mid | x</action> w",
+                "mid": "<think>a b</think> <answer>1</answer> <action>handoff big | x</action> w w w",
+                "big": "<think>a</think> <answer>7</answer> <action>stop</action> w w w w w"}[agent]
+    sc = scheduler.Scheduler(pool(script), "small")
+    out = scheduler.run(tmp_path / "c", [q(0), q(1)], sc, {"system": "cost"})
+    recs = scheduler.load(out)
+    toks = {a: len(script(a, "", 0).split()) for a in AGENTS}
+    weights = {"small": 1.7, "mid": 4.0, "big": 8.0, "large": 14.0}
+    want = (1.7 * toks["small"] + 4 * toks["mid"] + 8 * toks["big"]) / 27.7
+    c = cost.question_cost(recs[0], weights)
+    assert c["calls"] == 3 and c["tokens"] == toks and c["weighted_tokens"] == pytest.approx(want)
+    run = cost.run_cost(recs, weights)
+    assert run["weighted_tokens"] == pytest.approx(want) and run["calls"] == 3
+    with pytest.raises(ValueError, match="no weight"):
+        cost.question_cost(recs[0], {"small": 1.0})
+
+
+def test_projections_name_their_source():
+    t = {"status": "t_max", "final": None, "turns": [{"answer": "5"}, {"answer": None}, {"answer": "7"}, {"answer": "7"}]}
+    assert projections.project(t, "final") == (None, "none")
+    assert projections.project(t, "first") == ("5", "first_tentative")
+    assert projections.project(t, "last") == ("7", "last_tentative")
+    assert projections.project(t, "final_or_last") == ("7", "last_tentative")
+    assert projections.project(t, "vote") == ("7", "vote")
+    assert projections.project(t, "study") == ("5", "first_tentative")
+    c = {"status": "confirmed", "final": "7", "turns": [{"answer": "5"}, {"answer": "7"}]}
+    assert projections.project(c, "study") == ("7", "final") and projections.project(c, "final") == ("7", "final")
+
+
+def test_step_judge_and_pyramid_reward():
+    p = Problem("w", "A jar holds 12 pears...", "51", {"task": "world", "steps": ["12 + 5 = 17", "17 × 3 = 51"]})
+    assert step_judge("We start with 12. 12 + 5 = 17. 17 × 3 = 51.", p.metadata) == 1.0
+    assert step_judge("12 + 5 = 17. 17 × 3 = 52.", p.metadata) == pytest.approx(0.25)
+    r, correct, valid = pyramid_reward(format_turn("12 + 5 = 17. 17 × 3 = 51.", "51", "stop"), p)
+    assert (r, correct, valid) == (pytest.approx(1.0), True, True)
+    r, correct, valid = pyramid_reward("<think>12 + 5 = 17.</think> <answer>50</answer>", p)
+    assert r == pytest.approx(0.65 * 0.5) and not correct and not valid
+
+
+def test_dead_endpoint_is_one_line_naming_the_agent():
+    from polyvox.backends import make_backend
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dead = make_backend("openai", "m", base_url=f"http://127.0.0.1:{port}", api_key_env=None, max_retries=1,
+                        backoff_s=0.01, timeout_s=2)
+    agents = {**pool(lambda a, p, i: format_turn("r", "1", "handoff", "mid")), "mid": dead}
+    sc = scheduler.Scheduler(agents, "small")
+    with pytest.raises(scheduler.AgentError) as err:
+        sc.run_all([q()])
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith(f"agent mid (http://127.0.0.1:{port}) failed after retries")
