@@ -120,6 +120,10 @@ ROWS = [
      "an identical 10,000-digit answer is equal by string, before any parsing"),
     ("\\boxed{" + "9" * 10000 + "}", "9" * 9999 + "8", None, False,
      "a different 10,000-digit answer is not"),
+    (r"The ticket costs $\boxed{36}$ dollars.", r"\$36", None, True,
+     "an escaped \\$ in a LaTeX gold is a currency sign: the gold is still wrapped in $...$"),
+    (r"The ticket costs $\boxed{37}$ dollars.", r"\$36", None, False,
+     "and a different amount is wrong, not ungradable"),
     (r"\boxed{3} <answer>4</answer>", "4", None, True,
      "the panel study's fallback: the <answer> body is tried when the box does not verify"),
 ]
@@ -172,3 +176,4 @@ def test_extracted_text_is_the_chosen_answer():
     assert grade("math", r"\boxed{2} and \boxed{3}", "2,3") == Grade(True, "2, 3")
     g = grade("math", r"\boxed{200}, so the final answer is $10,455$.", "7")
     assert (g.correct, g.extracted, g.status) == (False, "10,455", "ok")
+    assert grade("math", r"\boxed{37}", r"\$36").status == "ok"  # the currency gold parses

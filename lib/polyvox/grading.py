@@ -64,7 +64,8 @@ Departures from math-verify run on the whole completion, and why:
    zero-width characters removed, non-breaking spaces → spaces. math-verify
    reads none of these.
 5. *The gold is parsed once per distinct (gold, options)* and wrapped in
-   ``$…$`` (``gold_as="latex"``, the default: LaTeX golds such as MATH's), or
+   ``$…$`` unless it has an unescaped ``$`` or a box (``gold_as="latex"``, the
+   default: LaTeX golds such as MATH's, where ``\\$36`` is a price), or
    parsed as a plain expression (``gold_as="expr"``, math-verify's reading of a
    plain string, where ``1,22`` is the decimal 1.22). With ``gold_as="expr"`` the
    chosen answer's text is also read as an expression, so ``\\boxed{1,22}`` is
@@ -483,11 +484,15 @@ def _parse(text: str, expr_only: bool = False) -> list:
     return mv.parse(text, extraction_config=config, parsing_timeout=MV_TIMEOUT_S)
 
 
+_MATH_DOLLAR = re.compile(r"(?<!\\)\$")
+
+
 @functools.lru_cache(maxsize=4096)
 def _parse_gold(gold: str, gold_as: str = "latex"):
     if gold_as == "expr":
         return _parse(gold, expr_only=True)
-    return _parse(gold if "$" in gold or "\\boxed" in gold else f"${gold}$")
+    delimited = _MATH_DOLLAR.search(gold) or "\\boxed" in gold  # an escaped \$ is a currency sign, not math
+    return _parse(gold if delimited else f"${gold}$")
 
 
 def _verify(gold_parsed, parsed, opts: GradeOptions) -> bool:
