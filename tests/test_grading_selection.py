@@ -39,6 +39,8 @@ ROWS = [
      "'final answer:' is a statement too"),
     (r"Thus $\boxed{6}$. The final answer is the boxed value above.", "6", None, True,
      "a phrase with no math after it is skipped: the box before it counts"),
+    (r"We found $\boxed{2}$. Then the final answers are $2$ and $3$.", "2,3", None, True,
+     "'final answers are' after a box: both answers, as one set"),
     (r"The **final answer** is $42$.", "42", None, True,
      "markdown emphasis inside the phrase"),
     (r"The final answer is $\boxed{5}$.", "5", None, True,

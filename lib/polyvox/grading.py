@@ -24,8 +24,8 @@ Answer selection (``math``)
 ---------------------------
 The answer is the completion's last *final-answer statement*. A statement is
 either a closed ``\\boxed{...}``/``\\fbox{...}`` or a phrase "final answer ... is"
-/ "final answer:" (case-insensitive, at most 100 characters between the two
-words, on one line). Boxes separated only by spacing, ``$``, ``\\(``/``\\)``,
+(or "are") / "final answer:" (case-insensitive, at most 100 characters between
+the two words, on one line). Boxes separated only by spacing, ``$``, ``\\(``/``\\)``,
 commas, semicolons, ``\\quad`` and the words "and"/"or" belong to one statement;
 its boxes form one answer, the set of their values (a box holding a set adds its
 elements), as math-verify joins ``$\\boxed{a}$ and $\\boxed{b}$``; identical
@@ -46,10 +46,13 @@ a final-answer phrase, a correct number in the debate counts, as the study grade
 Departures from math-verify run on the whole completion, and why:
 
 1. *A later statement beats an earlier box.* math-verify ranks patterns before
-   position (a box outranks an "answer:" match; a final-answer phrase ties with a
-   box and then position decides), and a box anywhere outranks plain math.
-   polyvox ranks by position among statements only: a self-corrected answer is
-   graded as the corrected one, whichever form the correction takes.
+   position: "final answer ... is" ties with a box and position decides, but a
+   box anywhere outranks "Final answer: …" and any plain math after it.
+   polyvox ranks by position among statements only, so a self-corrected answer
+   is graded as the corrected one, whichever form the correction takes. (The
+   previous polyvox rule, the last box, graded a box followed by a corrected
+   "final answer is …" as the box; and without a box it read only the last
+   1,500 characters, missing a final answer further up.)
 2. *Any number of boxes in one statement.* math-verify joins at most six, and
    only when they sit in ``$…$`` or similar environments; here ``\\boxed{-2}
    and \\boxed{1}`` is the set {-2, 1} however it is written.
@@ -81,8 +84,13 @@ after one of its parses or comparisons timed out has ``status="timeout"``.
 Numbers in ``integer`` and ``gsm*`` graders: a comma is a thousands separator
 only between a first group of one to three digits and groups of exactly three
 (``1,234`` and ``12,345,678`` are numbers; ``1,2,3`` is the three numbers 1, 2
-and 3, and ``1,23`` is 1 and 23). An integer gold may be written ``12.0``.
-Integers are compared as digit strings, so any length compares exactly.
+and 3, and ``1,23`` is 1 and 23): a list written without spaces is never read
+as one number, at the price of reading ``100,200,300`` as one. An integer gold
+may be written ``12.0``. Integers are compared as digit strings, so any length
+compares exactly (a float round trip changed 20-digit answers). These graders
+get only the plain Unicode normalisation (:func:`normalize_unicode_plain`:
+zero-width characters, odd spaces, full-width forms, the minus sign), since
+``½`` → ``\\frac{1}{2}`` would put two integers where a number was.
 """
 from __future__ import annotations
 
@@ -272,7 +280,7 @@ def last_boxed(text: str) -> str | None:
 
 # Between two boxes of one statement: only spacing, math delimiters, commas and "and"/"or".
 _BOX_JOINER = re.compile(r"(?:\s|\$|\\[()\[\]]|[,;&]|\\q?quad|\\text\{\s*(?:and|or|,)?\s*\}|\band\b|\bor\b|\\\\)*")
-_PHRASE = re.compile(r"(?i)\bfinal\s+answer\b[^\n]{0,100}?(?:\bis\b|\bare\b|:)")
+_PHRASE = re.compile(r"(?i)\bfinal\s+answers?\b[^\n]{0,100}?(?:\bis\b|\bare\b|:)")
 
 
 @dataclass(frozen=True)
