@@ -6,7 +6,11 @@ and a stage whose manifest says complete under the same settings is skipped (a f
 holding another scale's stage is refused). Within ``eval`` every system is a resumable
 trajectory run (:func:`.scheduler.run`), so a killed evaluation resumes question by question.
 Scales: ``configs/collab/<scale>.yaml`` (``smoke``: seconds, plumbing only; ``cpu``: the
-recorded runs; ``h200``: full scale, documented, not run here).
+recorded runs; ``h200``: full scale, documented, not run here). A scale with an
+``endpoints`` section evaluates OpenAI-compatible servers (``vllm serve`` of the Qwen3
+agents with their PD/SLS LoRA adapters) instead of the miniature pool; its training
+stages are then recorded as external (the adapters were trained elsewhere; the
+miniature PD/RL functions take Hugging Face model paths unchanged).
 
 Stages
 - ``models``: tokenizer and the four base models (:mod:`.models`);
@@ -188,24 +192,37 @@ def eval_systems(models: Path, pd: Path, rl: Path) -> dict:
             "homo": {a: (models / "mid", pd / "homo") for a in AGENTS}}
 
 
+def _endpoint(spec: dict):
+    """An OpenAI-compatible agent (full scale): served name, base URL, optional key variable."""
+    return make_backend("openai", spec["model"], base_url=spec["base_url"], api_key_env=spec.get("api_key_env"),
+                        concurrency=spec.get("concurrency", 16))
+
+
 def stage_eval(out: Path, s: dict, models: Path, pd: Path, rl: Path, only: list[str] | None = None) -> None:
     e = s["eval"]
     test = problems(s, "test")
     settings = _settings(s, "eval")
     greedy = SamplingParams(e["max_tokens"], 0.0)
+    served = s.get("endpoints") or {}
+
+    def solo_backend(m):
+        return _endpoint(served["solo"][m]) if served else _backend(models / m, None, e)
+
     for m in ("small", "mid", "big", "large"):
         if only and f"solo-{m}" not in only:
             continue
-        solo_run(out / f"solo-{m}", test, m, _backend(models / m, None, e), greedy, settings)
+        solo_run(out / f"solo-{m}", test, m, solo_backend(m), greedy, settings)
     for m in ("small", "mid"):
         if only and f"sample-{m}" not in only:
             continue
-        solo_run(out / f"sample-{m}", test, m, _backend(models / m, None, e),
+        solo_run(out / f"sample-{m}", test, m, solo_backend(m),
                  SamplingParams(e["max_tokens"], e["cascade_temperature"]), settings, seed=1)
-    for system, spec in eval_systems(models, pd, rl).items():
+    systems = ({k: v for k, v in served.items() if k != "solo"} if served else eval_systems(models, pd, rl))
+    for system, spec in systems.items():
         if only and system not in only:
             continue
-        agents = {a: _backend(mdl, ad, e) for a, (mdl, ad) in spec.items()}
+        agents = ({a: _endpoint(x) for a, x in spec.items()} if served
+                  else {a: _backend(mdl, ad, e) for a, (mdl, ad) in spec.items()})
         sc = sched.Scheduler(agents, "small", t_max=e["t_max"], max_retries=e["max_retries"], params=greedy,
                              seed=s["data"]["seed"])
         sched.run(out / system, test, sc, {**settings, "system": system})
@@ -230,6 +247,11 @@ def run(out: str | Path, scale: str | Path = "smoke", stages=STAGES, models_dir:
         folder.mkdir(parents=True, exist_ok=True)
         started, t0 = now_iso(), time.time()
         write_manifest(folder, settings=settings, started=started, status="running")
+        if s.get("endpoints") and stage != "eval":
+            write_manifest(folder, settings=settings, started=started, finished=now_iso(), status="complete",
+                           seconds=0.0, note="full scale: this stage's models are served at the scale's endpoints")
+            times[stage] = 0.0
+            continue
         if stage == "models":
             stage_models(folder, s)
         elif stage == "pd":
