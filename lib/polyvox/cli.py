@@ -6,8 +6,9 @@
     polyvox merge SHARD_DIR ... --out DIR
     polyvox grade DIR
 
-Errors the user can fix (bad input, unknown chapter, a failing notebook) print
-one line to stderr and exit 1, without a traceback.
+Every error prints one line, ``polyvox: <what> (<where>)``, on stderr and exits 1
+(2 for a malformed command line); arguments are checked before any model loads or any
+file is written. ``--debug`` (or ``POLYVOX_DEBUG=1``) shows the traceback instead.
 """
 from __future__ import annotations
 
@@ -17,14 +18,24 @@ import sys
 import yaml
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (the usage is one --help away)."""
+
+    def error(self, message: str):
+        self.exit(2, f"polyvox: {message} (see {self.prog} --help)\n")
+
+
 def parse_kv(pairs: list[str]) -> dict:
     """Parse key=value pairs; values are read as YAML scalars (true, 3, 0.5, text)."""
     out = {}
     for pair in pairs or []:
-        if "=" not in pair:
-            raise SystemExit(f"polyvox: expected key=value, got {pair!r}")
-        key, value = pair.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value) if value != "" else ""
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"-p expects key=value, got {pair!r}")
+        try:
+            out[key.strip()] = yaml.safe_load(value) if value != "" else ""
+        except yaml.YAMLError as exc:
+            raise ValueError(f"-p {key.strip()}: not a YAML value ({str(exc).splitlines()[0]})") from None
     return out
 
 
@@ -53,12 +64,14 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_sample(args) -> int:
-    from .backends import SamplingParams, accepted_options, make_backend
+    from .backends import BackendSpec, SamplingParams, accepted_options
     from .runs import sample
 
     options = accepted_options(args.backend, batch_size=args.batch_size, base_url=args.base_url,
                                api_key_env=args.api_key_env, concurrency=args.concurrency)
-    backend = make_backend(args.backend, args.model, args.adapter, **options)
+    if "batch_size" in options and options["batch_size"] < 1:
+        raise ValueError(f"--batch-size must be an integer ≥ 1, got {args.batch_size}")
+    backend = BackendSpec(args.backend, args.model, args.adapter, options)  # loaded after every check
     task_options = {"level": args.level} if args.level is not None else {}
     out = sample(args.out, args.task, args.format, backend, args.n,
                  SamplingParams(args.max_tokens, args.temperature, args.top_p), seed=args.seed,
@@ -98,13 +111,16 @@ def _cmd_rl(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import studies  # noqa: F401 - registers the studies' tasks (world) before choices are listed
+    from .tasks import discover
 
-    p = argparse.ArgumentParser(prog="polyvox", description=__doc__.split("\n")[0])
-    sub = p.add_subparsers(dest="command", required=True)
+    task_names = sorted(discover())  # the studies' tasks (world) too
+
+    p = OneLineParser(prog="polyvox", description=__doc__.split("\n")[0])
+    p.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     book = sub.add_parser("book", help="build the book")
-    book_sub = book.add_subparsers(dest="book_command", required=True)
+    book_sub = book.add_subparsers(dest="book_command", required=True, parser_class=OneLineParser)
     b = book_sub.add_parser("build", help="execute chapters (cached) and build the HTML")
     b.add_argument("--only", help="execute only this chapter (name like panel/accuracy)")
     b.add_argument("--force", action="store_true", help="ignore the cache")
@@ -120,10 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .backends import BACKENDS
     from .formats import FORMATS
-    from .tasks import TASKS
 
     s = sub.add_parser("sample", help="sample completions into a resumable run folder")
-    s.add_argument("--task", required=True, choices=sorted(TASKS))
+    s.add_argument("--task", required=True, choices=task_names)
     s.add_argument("--format", required=True, choices=FORMATS)
     s.add_argument("--model", required=True, help="path or hub id (openai: the served model name)")
     s.add_argument("--adapter", help="PEFT LoRA folder (safetensors)")
@@ -172,15 +187,32 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def one_line(exc: BaseException) -> str:
+    """The error as one line: what happened, and where (file and line) when known."""
+    if isinstance(exc, OSError) and exc.filename:
+        what = f"{exc.strerror or type(exc).__name__}: {exc.filename}"
+    else:
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        what = text if isinstance(exc, (ValueError, RuntimeError, LookupError)) else f"{type(exc).__name__}: {text}"
+    return f"polyvox: {what}"
+
+
 def main(argv: list[str] | None = None) -> int:
-    from .book.render import BookError
-    from .records import RecordError
+    import os
 
     args = build_parser().parse_args(argv)
+    debug = args.debug or os.environ.get("POLYVOX_DEBUG") == "1"
     try:
         return args.func(args)
-    except (BookError, RecordError, ValueError, FileNotFoundError, ImportError) as exc:
-        print(f"polyvox: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("polyvox: interrupted (a rerun resumes)", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the command promises one line; --debug shows the rest
+        if debug:
+            raise
+        from .records import scrub_text
+
+        print(scrub_text(one_line(exc)), file=sys.stderr)
         return 1
 
 

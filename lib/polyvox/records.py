@@ -127,8 +127,15 @@ def iter_jsonl(path: os.PathLike | str, tolerate_truncated_tail: bool = False) -
     path = Path(path)
     if not path.exists():
         raise RecordError(path, None, "file not found")
-    with path.open("r", encoding="utf-8") as fh:
-        lines = fh.read().split("\n")
+    if path.is_dir():
+        raise RecordError(path, None, "is a folder, not a JSONL file")
+    with path.open("rb") as fh:
+        raw = fh.read()
+    try:
+        lines = raw.decode("utf-8").split("\n")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise RecordError(path, line, f"not UTF-8 text (byte {exc.start})") from None
     # A file written by append_jsonl ends in "\n"; a final fragment without it
     # is a write cut off by a crash.
     last = len(lines) - 1
@@ -136,11 +143,16 @@ def iter_jsonl(path: os.PathLike | str, tolerate_truncated_tail: bool = False) -
         if not text.strip():
             continue
         try:
-            yield i, json.loads(text)
+            yield i, json.loads(text, parse_constant=_no_constant)
         except json.JSONDecodeError as exc:
             if tolerate_truncated_tail and i - 1 == last:
                 return
             raise RecordError(path, i, f"malformed JSON ({exc.msg} at column {exc.colno})") from None
+
+
+def _no_constant(name: str):
+    # NaN and ±Infinity are not JSON; Python's json module accepts them unless told not to
+    raise json.JSONDecodeError(f"{name} is not a JSON value", name, 0)
 
 
 def read_jsonl(path: os.PathLike | str, cls: Type[T] | None = None, tolerate_truncated_tail: bool = False) -> list:
@@ -280,17 +292,96 @@ def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def portable_path(path: os.PathLike | str | None) -> str | None:
+    """A path as a manifest records it: relative to the working directory when inside it,
+    else just its last two parts — never this machine's absolute layout."""
+    if path is None:
+        return None
+    p = Path(path)
+    if not p.is_absolute():
+        return p.as_posix()
+    try:
+        return p.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return Path(*p.parts[-2:]).as_posix() if len(p.parts) > 2 else p.name
+
+
+def git_commit() -> str | None:
+    """The checkout's commit, with "-dirty" when tracked files changed; None outside a git checkout."""
+    import subprocess
+
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return head.stdout.strip() + ("-dirty" if dirty else "")
+
+
+class RunLock:
+    """One writer per run folder: an exclusive ``flock`` on ``<folder>/.lock``, held for the whole run.
+
+    The lock file holds the holder's PID; a second writer gets one line naming it. The
+    kernel drops the lock when the holder dies (a SIGKILL included), so a stale lock
+    file never blocks a resume.
+    """
+
+    def __init__(self, folder: os.PathLike | str):
+        self.folder = Path(folder)
+        self.fh = None
+
+    def __enter__(self) -> "RunLock":
+        import fcntl
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        fh = open(self.folder / ".lock", "a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            fh.close()
+            raise RecordError(self.folder, None, f"in use by process {holder}; one writer per run folder") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        self.fh = fh
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.fh is not None:
+            self.fh.close()  # closing releases the flock
+            self.fh = None
+
+
 def write_manifest(folder: os.PathLike | str, **fields: Any) -> Path:
     """Write folder/manifest.json with the given fields plus versions; secrets scrubbed."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     data = scrub(dict(fields))
     data.setdefault("versions", library_versions())
+    data.setdefault("git_commit", git_commit())
     path = folder / "manifest.json"
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
     os.replace(tmp, path)
     return path
+
+
+def read_manifest(folder: os.PathLike | str) -> dict:
+    """folder/manifest.json as a dict ({} when absent); anything but a JSON object is an error naming the file."""
+    path = Path(folder) / "manifest.json"
+    if not path.exists():
+        return {}
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise RecordError(path, None, f"expected a JSON object, got {type(data).__name__}")
+    return data
 
 
 def read_json(path: os.PathLike | str) -> Any:
@@ -299,5 +390,9 @@ def read_json(path: os.PathLike | str) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise RecordError(path, None, "file not found") from None
+    except IsADirectoryError:
+        raise RecordError(path, None, "is a folder, not a JSON file") from None
+    except UnicodeDecodeError:
+        raise RecordError(path, None, "not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise RecordError(path, exc.lineno, f"malformed JSON ({exc.msg})") from None

@@ -26,8 +26,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from . import formats, grading, tasks
-from .backends.base import Backend, Request, SamplingParams
-from .records import (GradedSample, RecordError, Sample, append_jsonl, now_iso, read_json, read_jsonl,
+from .backends.base import Backend, BackendSpec, Request, SamplingParams
+from .records import (GradedSample, RecordError, RunLock, Sample, append_jsonl, now_iso, read_jsonl, read_manifest,
                       repair_truncated_tail, write_manifest)
 
 ROLLOUTS = "rollouts.jsonl"
@@ -57,10 +57,41 @@ def _existing(out: Path) -> dict[tuple[str, int], Sample]:
     return done
 
 
+# one table of argument rules for sampling, checked before anything loads or is written:
+# (name, test, what it must be)
+SAMPLE_RULES = (
+    ("n", lambda v: isinstance(v, int) and v >= 1, "an integer ≥ 1"),
+    ("max_tokens", lambda v: isinstance(v, int) and v >= 1, "an integer ≥ 1"),
+    ("temperature", lambda v: isinstance(v, (int, float)) and 0 <= v < float("inf"), "a number ≥ 0"),
+    ("top_p", lambda v: isinstance(v, (int, float)) and 0 < v <= 1, "a number in (0, 1]"),
+    ("limit", lambda v: v is None or (isinstance(v, int) and v >= 1), "an integer ≥ 1 (or absent)"),
+    ("nshards", lambda v: isinstance(v, int) and v >= 1, "an integer ≥ 1"),
+    ("chunk", lambda v: isinstance(v, int) and v >= 1, "an integer ≥ 1"),
+    ("seed", lambda v: isinstance(v, int) and v >= 0, "an integer ≥ 0"),
+)
+
+
+def check_sample_args(fmt: str, n: int, params: SamplingParams, limit, shard: int, nshards: int, chunk: int,
+                      seed: int) -> None:
+    values = {"n": n, "max_tokens": params.max_tokens, "temperature": params.temperature, "top_p": params.top_p,
+              "limit": limit, "nshards": nshards, "chunk": chunk, "seed": seed}
+    for name, ok, what in SAMPLE_RULES:
+        if not ok(values[name]):
+            raise ValueError(f"--{name.replace('_', '-')} must be {what}, got {values[name]!r}")
+    if not (isinstance(shard, int) and 0 <= shard < nshards):
+        raise ValueError(f"--shard must be in 0 … {nshards - 1} (--nshards {nshards}), got {shard!r}")
+    if fmt not in formats.FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; formats: {', '.join(formats.FORMATS)}")
+
+
+def check_out_folder(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{out}: a file, not a run folder")
+
+
 def check_settings(out: Path, settings: dict) -> None:
     """Refuse a folder that holds records of another run (or records without settings)."""
-    manifest = out / MANIFEST
-    old = read_json(manifest).get("settings") if manifest.exists() else None
+    old = read_manifest(out).get("settings")
     if old is None:
         if (out / ROLLOUTS).exists():
             raise ValueError(f"{out}: holds records but no manifest settings; polyvox never adopts a run it "
@@ -71,70 +102,81 @@ def check_settings(out: Path, settings: dict) -> None:
         raise ValueError(f"{out}: holds a run with other settings ({', '.join(changed)}); use a new --out folder")
 
 
-def sample(out: str | Path, task: str, fmt: str, backend: Backend, n: int, params: SamplingParams,
+def sample(out: str | Path, task: str, fmt: str, backend: Backend | BackendSpec, n: int, params: SamplingParams,
            seed: int = 0, limit: int | None = None, shard: int = 0, nshards: int = 1, data_dir="data",
            chunk: int = 64, progress: bool = True, task_options: dict | None = None,
            cache: str | Path | None = None) -> Path:
     """Sample n completions per problem into out/rollouts.jsonl, resuming what is there.
 
+    ``backend`` may be a :class:`~polyvox.backends.BackendSpec`: it is loaded only after
+    every argument, the task, the model path and the folder's settings have been checked.
     ``task_options`` go to :func:`polyvox.tasks.load` (``level``, ``per_level``, …);
     ``cache`` names a :mod:`polyvox.cache` file to answer repeated requests from.
     """
     from tqdm.auto import tqdm
 
     out = Path(out)
+    check_sample_args(fmt, n, params, limit, shard, nshards, chunk, seed)
+    check_out_folder(out)
     task_options = dict(task_options or {})
     problems = tasks.load(task, data_dir, limit=limit, **task_options)[shard::nshards]
+    if not problems:
+        raise ValueError(f"task {task} with {task_options or 'no options'}: no problems in shard {shard}")
     stop = params.stop or (tuple(formats.PANEL_STOP) if fmt == "panel" else ())
     params = SamplingParams(params.max_tokens, params.temperature, params.top_p, tuple(stop))
     settings = _jsonable({"task": task, "task_options": task_options, "format": fmt, "n": n, "seed": seed,
                           "limit": limit, "shard": shard, "nshards": nshards, "chunk": chunk,
                           "sampling": asdict(params), "problems_sha256": tasks.problem_hash(problems),
                           **backend.identity()})
-    out.mkdir(parents=True, exist_ok=True)
-    check_settings(out, settings)
-    done = _existing(out)
-    started = now_iso()
-    write_manifest(out, settings=settings, started=started, status="running")
-    if cache is not None:
-        from .cache import CachingBackend
+    check_settings(out, settings)  # read-only: a refused run changes no file
+    with RunLock(out):
+        check_settings(out, settings)  # again under the lock: another writer may have started meanwhile
+        done = _existing(out)
+        todo = [(p, i) for p in problems for i in range(n) if (p.id, i) not in done]
+        if todo and isinstance(backend, BackendSpec):
+            backend = backend.load()  # a complete run loads nothing
+        started = now_iso()
+        write_manifest(out, settings=settings, started=started, status="running")
+        if cache is not None:
+            from .cache import CachingBackend
 
-        backend = CachingBackend(backend, cache)
-    prompts = {p.id: backend.prompt(fmt, p.text) for p in problems}
-    todo = [(p, i) for p in problems for i in range(n) if (p.id, i) not in done]
-    bar = tqdm(total=len(problems) * n, initial=len(problems) * n - len(todo), desc="samples", unit="sample",
-               disable=not progress)
-    t_start, n_tok = time.perf_counter(), 0
-    for b in range(0, len(todo), chunk):
-        batch = todo[b:b + chunk]
-        reqs = [Request.of(prompts[p.id], sample_seed(seed, p.id, i)) for p, i in batch]
-        comps = backend.generate(reqs, params)
-        records = []
-        for (p, i), req, c in zip(batch, reqs, comps):
-            text = formats.finish_panel(c.text, c.finish_reason) if fmt == "panel" else c.text
-            records.append(Sample(p.id, i, req.hash(), text, c.prompt_tokens, c.completion_tokens,
-                                  c.finish_reason, round(c.latency_s, 4)))
-            n_tok += c.completion_tokens
-        append_jsonl(out / ROLLOUTS, records)
-        bar.update(len(batch))
-        elapsed = time.perf_counter() - t_start
-        bar.set_postfix(samples_s=f"{(b + len(batch)) / elapsed:.1f}", tokens_s=f"{n_tok / elapsed:.0f}")
-    bar.close()
-    extra = {"cache": {"hits": backend.cache.hits, "misses": backend.cache.misses}} if cache is not None else {}
-    write_manifest(out, settings=settings, started=started, finished=now_iso(), status="complete",
-                   records=len(problems) * n, **extra)
+            backend = CachingBackend(backend, cache)
+        prompts = {p.id: backend.prompt(fmt, p.text) for p in problems} if todo else {}
+        bar = tqdm(total=len(problems) * n, initial=len(problems) * n - len(todo), desc="samples", unit="sample",
+                   disable=not progress)
+        t_start, n_tok = time.perf_counter(), 0
+        for b in range(0, len(todo), chunk):
+            batch = todo[b:b + chunk]
+            reqs = [Request.of(prompts[p.id], sample_seed(seed, p.id, i)) for p, i in batch]
+            comps = backend.generate(reqs, params)
+            records = []
+            for (p, i), req, c in zip(batch, reqs, comps):
+                text = formats.finish_panel(c.text, c.finish_reason) if fmt == "panel" else c.text
+                records.append(Sample(p.id, i, req.hash(), text, c.prompt_tokens, c.completion_tokens,
+                                      c.finish_reason, round(c.latency_s, 4)))
+                n_tok += c.completion_tokens
+            append_jsonl(out / ROLLOUTS, records)
+            bar.update(len(batch))
+            elapsed = time.perf_counter() - t_start
+            bar.set_postfix(samples_s=f"{(b + len(batch)) / elapsed:.1f}", tokens_s=f"{n_tok / elapsed:.0f}")
+        bar.close()
+        extra = {"cache": {"hits": backend.cache.hits, "misses": backend.cache.misses}} \
+            if cache is not None and todo else {}
+        write_manifest(out, settings=settings, started=started, finished=now_iso(), status="complete",
+                       records=len(problems) * n, **extra)
     return out
 
 
 def merge(shard_dirs: list[str | Path], out: str | Path) -> Path:
     """Join shard folders into one run (by key); shards of different settings are refused."""
     out = Path(out)
+    check_out_folder(out)
     if (out / ROLLOUTS).exists():
         raise ValueError(f"{out / ROLLOUTS} exists; merge writes a new folder")
     merged: dict[tuple[str, int], Sample] = {}
     base = None
     for d in map(Path, shard_dirs):
-        settings = read_json(d / MANIFEST).get("settings")
+        settings = read_manifest(d).get("settings")
         if settings is None:
             raise RecordError(d / MANIFEST, None, "no settings: not a polyvox run folder")
         common = {k: v for k, v in settings.items() if k not in ("shard", "problems_sha256")}
@@ -147,9 +189,11 @@ def merge(shard_dirs: list[str | Path], out: str | Path) -> Path:
             if s.key in merged:
                 raise RecordError(d / ROLLOUTS, line, f"key {s.key} is also in another shard")
             merged[s.key] = s
-    append_jsonl(out / ROLLOUTS, sorted(merged.values(), key=lambda s: s.key))
-    write_manifest(out, settings={**(base or {}), "shard": "merged", "merged_from": [Path(d).name for d in shard_dirs]},
-                   finished=now_iso(), status="complete", records=len(merged))
+    with RunLock(out):
+        append_jsonl(out / ROLLOUTS, sorted(merged.values(), key=lambda s: s.key))
+        write_manifest(out, settings={**(base or {}), "shard": "merged",
+                                      "merged_from": [Path(d).name for d in shard_dirs]},
+                       finished=now_iso(), status="complete", records=len(merged))
     return out
 
 
@@ -161,12 +205,14 @@ def _short_metadata(meta: dict) -> dict:
 def grade(run: str | Path, data_dir="data", workers: int | None = None) -> Path:
     """Grade run/rollouts.jsonl into run/graded.jsonl (rewritten whole; grading is cheap and pure)."""
     run = Path(run)
-    settings = read_json(run / MANIFEST).get("settings")
+    settings = read_manifest(run).get("settings")
     if not settings:
         raise RecordError(run / MANIFEST, None, "no settings: not a polyvox run folder")
     task = tasks.get(settings["task"])
     problems = {p.id: p for p in tasks.load(task.name, data_dir, **settings.get("task_options", {}))}
     samples = read_jsonl(run / ROLLOUTS, Sample)
+    if not samples:
+        raise RecordError(run / ROLLOUTS, None, "no records to grade")
     seen = set()
     for line, s in enumerate(samples, start=1):
         if s.problem_id not in problems:
@@ -176,13 +222,15 @@ def grade(run: str | Path, data_dir="data", workers: int | None = None) -> Path:
         seen.add(s.key)
     grades = grading.grade_many(task.grader, [s.completion for s in samples],
                                 [problems[s.problem_id].gold for s in samples], workers=workers)
-    tmp = run / (GRADED + ".tmp")
-    tmp.unlink(missing_ok=True)
-    append_jsonl(tmp, [GradedSample(**{**asdict(s), "metadata": {**_short_metadata(problems[s.problem_id].metadata),
+    records = [GradedSample(**{**asdict(s), "metadata": {**_short_metadata(problems[s.problem_id].metadata),
                                                                   **s.metadata}},
-                                    correct=g.correct, extracted=g.extracted, grade_status=g.status)
-                       for s, g in zip(samples, grades)])
-    tmp.replace(run / GRADED)
+                            correct=g.correct, extracted=g.extracted, grade_status=g.status)
+               for s, g in zip(samples, grades)]
+    with RunLock(run):
+        tmp = run / (GRADED + ".tmp")
+        tmp.unlink(missing_ok=True)
+        append_jsonl(tmp, records)
+        tmp.replace(run / GRADED)
     return run / GRADED
 
 

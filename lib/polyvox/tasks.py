@@ -4,8 +4,9 @@
 [Problem]``, the name of its grader in :mod:`polyvox.grading`, and whether its
 problems have levels. Loaders register with ``@register_task`` (a plain dict, as
 lm-evaluation-harness registers its tasks). The benchmarks below register here;
-the studies register their own (the miniature world's ``world`` task registers
-when :mod:`polyvox.studies` is imported, as the ``polyvox`` command does).
+the studies register their own from modules named as ``polyvox.tasks`` entry points
+in pyproject.toml (the miniature world's ``world`` task), found by :func:`discover`
+the first time an unknown name is asked for.
 
 Benchmarks
 - ``math500``: MATH-500; grader ``math``.
@@ -62,7 +63,29 @@ def register_task(name: str, grader: str, levels: bool = False):
     return deco
 
 
+_discovered = False
+
+
+def discover() -> dict[str, Task]:
+    """Import the modules that register tasks from outside core (the studies), once.
+
+    They are named as entry points of the group ``polyvox.tasks`` in pyproject.toml — the
+    standard plugin mechanism — so core never imports a study, yet ``load("world")`` works
+    from any caller.
+    """
+    global _discovered
+    if not _discovered:
+        from importlib.metadata import entry_points
+
+        _discovered = True
+        for ep in entry_points(group="polyvox.tasks"):
+            ep.load()
+    return TASKS
+
+
 def get(name: str) -> Task:
+    if name not in TASKS:
+        discover()
     try:
         return TASKS[name]
     except KeyError:

@@ -82,12 +82,64 @@ class LocalBackend:
     tokenizer = None
     model_name = ""
     adapter: str | None = None
+    options: dict = {}
 
     def prompt(self, fmt: str, text: str) -> Prompt:
         return build_prompt(fmt, text, self.tokenizer)
 
+    @classmethod
+    def describe(cls, model: str, adapter: str | None = None, **options) -> dict:
+        """The identity of this backend on model + adapter, checked and hashed without loading anything."""
+        check_model_path(model)
+        check_adapter_path(adapter)
+        return {"backend": cls.name, **model_identity(model), "adapter_sha256": adapter_identity(adapter),
+                **cls.identity_options(options)}
+
+    @classmethod
+    def identity_options(cls, options: dict) -> dict:
+        return {}
+
     def identity(self) -> dict:
-        return {"backend": self.name, **model_identity(self.model_name), "adapter_sha256": adapter_identity(self.adapter)}
+        return self.describe(self.model_name, self.adapter, **self.options)
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """A backend not loaded yet: its identity is known (and checked) before any weights load."""
+
+    kind: str
+    model: str
+    adapter: str | None = None
+    options: dict = field(default_factory=dict)
+
+    def identity(self) -> dict:
+        return backend_class(self.kind).describe(self.model, self.adapter, **self.options)
+
+    def load(self) -> Backend:
+        return make_backend(self.kind, self.model, self.adapter, **self.options)
+
+
+def check_model_path(model: str) -> None:
+    """A local model path must be a folder with config.json; a hub id (org/name) is left to from_pretrained."""
+    p = Path(model).expanduser()
+    if p.is_file():
+        raise ValueError(f"{model}: a file, not a model folder")
+    if p.is_dir():
+        if not (p / "config.json").exists():
+            raise ValueError(f"{model}: no config.json: not a model folder")
+    elif model.startswith(("/", ".", "~")) or model.count("/") > 1:
+        raise ValueError(f"{model}: no such model folder")
+
+
+def check_adapter_path(adapter: str | None) -> None:
+    if adapter is None:
+        return
+    p = Path(adapter)
+    if not p.is_dir():
+        raise ValueError(f"{adapter}: no such adapter folder")
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        if not (p / name).exists():
+            raise ValueError(f"{adapter}: no {name} (polyvox loads PEFT adapters saved as safetensors)")
 
 
 BACKENDS: dict[str, Callable[..., Backend]] = {}
@@ -102,21 +154,23 @@ def register_backend(name: str):
     return deco
 
 
-def make_backend(kind: str, model: str, adapter: str | None = None, **kwargs) -> Backend:
+def backend_class(kind: str):
     from . import hf, openai, vllm  # noqa: F401 - importing registers them
 
     if kind not in BACKENDS:
         raise ValueError(f"unknown backend {kind!r}; backends: {', '.join(sorted(BACKENDS))}")
-    return BACKENDS[kind](model, adapter, **kwargs)
+    return BACKENDS[kind]
+
+
+def make_backend(kind: str, model: str, adapter: str | None = None, **kwargs) -> Backend:
+    return backend_class(kind)(model, adapter, **kwargs)
 
 
 def accepted_options(kind: str, **options) -> dict:
     """The options (not None) that backend ``kind`` accepts: a command line offers all, each backend takes its own."""
     import inspect
 
-    if kind not in BACKENDS:
-        raise ValueError(f"unknown backend {kind!r}; backends: {', '.join(sorted(BACKENDS))}")
-    params = inspect.signature(BACKENDS[kind]).parameters
+    params = inspect.signature(backend_class(kind)).parameters
     return {k: v for k, v in options.items() if k in params and v is not None}
 
 

@@ -1,9 +1,18 @@
 """The transformers backend: ``from_pretrained`` on a path or hub id, an optional PEFT adapter.
 
 bf16 on GPU, fp32 on CPU. Requests are sorted by prompt length and batched with
-left padding (less padding, same greedy results); stop strings go to
-``generate(stop_strings=…)`` and are cut from the text. Sampling is seeded once
-per batch, from the batch's first request.
+left padding (less padding, same results); stop strings go to
+``generate(stop_strings=…)`` and are cut from the text.
+
+Seeds: every request is sampled with its own seed, whatever batch it lands in.
+``generate``'s own sampler draws from one global generator for the whole batch, so a
+request's text would depend on its batch-mates; instead :class:`SeededSampler` picks
+each token by the Gumbel-max trick with *counter-based* noise — the noise for
+(request seed, step, token id) is a fixed hash (splitmix64) — after temperature and
+top-p, and ``generate`` then runs greedy on the picked token. The draw is exactly a
+sample from the softmax (Gumbel-max), and it is a function of the request alone: a
+rerun with another ``--batch-size`` or ``--chunk`` gives the same completions (up to
+floating-point differences between batch shapes, which flip a token only at a near tie).
 """
 from __future__ import annotations
 
@@ -12,6 +21,61 @@ import time
 from pathlib import Path
 
 from .base import Completion, LocalBackend, Request, SamplingParams, register_backend
+
+SAMPLER = "gumbel-counter-splitmix64-v1"  # part of the backend's identity: another sampler, other outputs
+
+_M64 = (1 << 64) - 1
+
+
+def _i64(x: int) -> int:
+    """An unsigned 64-bit constant as the signed int64 torch stores (multiplication wraps the same way)."""
+    x &= _M64
+    return x - (1 << 64) if x >= 1 << 63 else x
+
+
+_GOLDEN, _MIX1, _MIX2 = _i64(0x9E3779B97F4A7C15), _i64(0xBF58476D1CE4E5B9), _i64(0x94D049BB133111EB)
+
+
+def _shr(x, k: int):
+    """Logical right shift of int64 tensors (torch's >> is arithmetic on signed values)."""
+    return (x >> k) & ((1 << (64 - k)) - 1)
+
+
+def counter_uniform(seeds, step: int, vocab: int):
+    """U(0, 1) noise of shape (len(seeds), vocab), a pure function of (seed, step, token id)."""
+    import torch
+
+    v = torch.arange(vocab, dtype=torch.int64, device=seeds.device)
+    x = seeds[:, None] * _GOLDEN + (step * vocab + v)[None, :] * _MIX1
+    x = (x ^ _shr(x, 30)) * _MIX1
+    x = (x ^ _shr(x, 27)) * _MIX2
+    x = x ^ _shr(x, 31)
+    return (_shr(x, 11).to(torch.float64) + 0.5) / float(1 << 53)
+
+
+class SeededSampler:
+    """A logits processor that samples each row with its request's seed (see the module docstring)."""
+
+    def __init__(self, seeds: list[int], temperature: float, top_p: float, prompt_len: int, device):
+        import torch
+
+        self.seeds = torch.tensor(seeds, dtype=torch.int64, device=device)
+        self.temperature, self.top_p, self.prompt_len = temperature, top_p, prompt_len
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        logits = scores.float() / self.temperature
+        if self.top_p < 1.0:
+            sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+            cum = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
+            drop = cum - torch.softmax(sorted_logits, dim=-1) >= self.top_p  # keep the smallest set reaching top_p
+            logits = logits.scatter(1, order, sorted_logits.masked_fill(drop, float("-inf")))
+        step = input_ids.shape[1] - self.prompt_len
+        gumbel = -torch.log(-torch.log(counter_uniform(self.seeds, step, logits.shape[1]))).to(logits.dtype)
+        choice = torch.argmax(logits + gumbel, dim=-1)
+        out = torch.full_like(scores, float("-inf"))
+        return out.scatter_(1, choice[:, None], 0.0)
 
 
 def _cut_at_stop(text: str, stops) -> tuple[str, bool]:
@@ -29,6 +93,8 @@ class TransformersBackend(LocalBackend):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.model_name, self.adapter = model, adapter
+        self.options = {"batch_size": batch_size, "dtype": dtype}
+        self.describe(model, adapter)  # a clear error before any weights load
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if self.device == "cuda" else torch.float32)
         self.tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=False)
@@ -43,6 +109,12 @@ class TransformersBackend(LocalBackend):
             self.model = PeftModel.from_pretrained(self.model, adapter)
         self.model.eval()
         self.batch_size = batch_size
+
+    @classmethod
+    def identity_options(cls, options: dict) -> dict:
+        # batch shapes change floating-point sums, which can flip a token at a near tie: recorded
+        return {"sampler": SAMPLER, "batch_size": options.get("batch_size", 16),
+                "dtype": options.get("dtype") or "auto: bf16 on GPU, fp32 on CPU"}
 
     def generate(self, requests: list[Request], params: SamplingParams) -> list[Completion]:
         return generate_batched(self.model, self.tokenizer, requests, params, self.batch_size, self.device)
@@ -65,13 +137,12 @@ def generate_batched(model, tokenizer, requests: list[Request], params: Sampling
             idx = order[b:b + batch_size]
             enc = tokenizer([texts[i] for i in idx], return_tensors="pt", padding=True,
                             add_special_tokens=False).to(device)
-            torch.manual_seed(requests[idx[0]].seed)
+            sampler = [SeededSampler([requests[i].seed for i in idx], params.temperature, params.top_p,
+                                     enc["input_ids"].shape[1], device)] if params.temperature > 0 else None
             t0 = time.perf_counter()
             with torch.no_grad():
                 gen = model.generate(
-                    **enc, max_new_tokens=params.max_tokens, do_sample=params.temperature > 0,
-                    temperature=params.temperature if params.temperature > 0 else None,
-                    top_p=params.top_p if params.temperature > 0 else None,
+                    **enc, max_new_tokens=params.max_tokens, do_sample=False, logits_processor=sampler,
                     pad_token_id=tokenizer.pad_token_id, eos_token_id=eos,
                     stop_strings=list(params.stop) or None, tokenizer=tokenizer if params.stop else None)
             latency = (time.perf_counter() - t0) / len(idx)

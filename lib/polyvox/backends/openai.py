@@ -45,9 +45,15 @@ class OpenAIBackend:
             return Prompt(text, (), True, {"enable_thinking": fmt == "think"})
         raise ValueError(f"unknown format {fmt!r}; formats: {', '.join(FORMATS)}")
 
-    def identity(self) -> dict:
+    @classmethod
+    def describe(cls, model: str, adapter: str | None = None, base_url: str = "http://127.0.0.1:8000", **_) -> dict:
         # what the server loaded is not visible from here: the served name and address stand for it
-        return {"backend": self.name, "model": self.model, "base_url": self.base_url, "adapter_sha256": None}
+        if adapter:
+            raise ValueError("the openai backend serves what the server loaded; pass the adapter to the server")
+        return {"backend": cls.name, "model": model, "base_url": base_url.rstrip("/"), "adapter_sha256": None}
+
+    def identity(self) -> dict:
+        return self.describe(self.model, None, base_url=self.base_url)
 
     def _post(self, path: str, payload: dict) -> dict:
         headers = {"Content-Type": "application/json"}

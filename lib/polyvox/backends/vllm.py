@@ -31,6 +31,7 @@ class VLLMBackend(LocalBackend):
             raise ImportError("the vllm backend needs vLLM (GPU hosts: pip install -r requirements-gpu.txt); "
                               f"import failed: {exc}") from None
         self.model_name, self.adapter = model, adapter
+        self.options = {"tensor_parallel_size": tensor_parallel_size, "max_model_len": max_model_len}
         kwargs = dict(model=model, tensor_parallel_size=tensor_parallel_size, trust_remote_code=False,
                       gpu_memory_utilization=gpu_memory_utilization)
         if max_model_len:
@@ -40,6 +41,10 @@ class VLLMBackend(LocalBackend):
         self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self.lora = LoRARequest("adapter", 1, adapter) if adapter else None
+
+    @classmethod
+    def identity_options(cls, options: dict) -> dict:
+        return {"sampler": "vllm-per-request-seed", "max_model_len": options.get("max_model_len")}
 
     def generate(self, requests: list[Request], params: SamplingParams) -> list[Completion]:
         from vllm import SamplingParams as VSP

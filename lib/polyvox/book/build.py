@@ -171,14 +171,39 @@ def cache_key(root: Path, chapter: Chapter, params: dict, library_hash: str | No
     return h.hexdigest()
 
 
-def load_params_file(path: os.PathLike | str | None) -> dict:
-    """YAML mapping: {chapter name: {param: value}}, with optional key 'all' applied to every chapter."""
+def load_params_file(path: os.PathLike | str | None, root: Path | None = None) -> dict:
+    """YAML mapping: {chapter name: {param: value}}, with optional key 'all' applied to every chapter.
+
+    With ``root``, chapter names and parameter names are checked against the book's
+    chapters and each notebook's ``parameters`` cell, so a typo is an error, not a no-op.
+    """
     if not path:
         return {}
-    data = yaml.safe_load(Path(path).read_text()) or {}
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise BookError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise BookError(f"{path}: expected a mapping of chapter name -> {{parameter: value}}")
+    if root is not None:
+        by_name = {c.name: c for c in chapters(root)}
+        unknown = sorted(set(data) - set(by_name) - {"all"})
+        if unknown:
+            raise BookError(f"{path}: unknown chapter(s) {', '.join(unknown)}; chapters: {', '.join(by_name)}")
+        declared = {name: set(notebook_parameters(c)) for name, c in by_name.items()}
+        for name, params in data.items():
+            known = set.union(set(), *declared.values()) if name == "all" else declared[name]
+            bad = sorted(set(params) - known)
+            if bad:
+                raise BookError(f"{path}: {name}: unknown parameter(s) {', '.join(bad)}; "
+                                f"parameters: {', '.join(sorted(known))}")
     return data
+
+
+def notebook_parameters(chapter: Chapter) -> dict:
+    import papermill as pm
+
+    return pm.inspect_notebook(str(chapter.source))
 
 
 def params_for(chapter: Chapter, params_file: dict) -> dict:
@@ -209,6 +234,25 @@ def execute(chapter: Chapter, params: dict, output: Path, root: Path) -> None:
             f"{chapter.source.relative_to(root) if chapter.source.is_relative_to(root) else chapter.source}: "
             f"cell {exc.cell_index} (execution count {exc.exec_count}) raised {exc.ename}: {evalue}"
         ) from None
+    finally:
+        if output.exists():
+            _relative_paths(output, root)
+
+
+def _relative_paths(notebook: Path, root: Path) -> None:
+    """papermill records absolute input/output paths and cwd; an executed chapter keeps them relative."""
+    import nbformat
+
+    from ..records import portable_path
+
+    nb = nbformat.read(str(notebook), as_version=4)
+    meta = nb.metadata.get("papermill", {})
+    for key in ("input_path", "output_path", "cwd"):
+        if meta.get(key):
+            p = Path(meta[key])
+            meta[key] = p.relative_to(root).as_posix() if p.is_absolute() and p.is_relative_to(root) \
+                else portable_path(p)
+    nbformat.write(nb, str(notebook))
 
 
 @dataclass
@@ -226,7 +270,7 @@ def build(root: os.PathLike | str | None = None, only: str | None = None, force:
 
     t0 = time.perf_counter()
     root = find_root(root)
-    overrides = load_params_file(params_file)
+    overrides = load_params_file(params_file, root)
     corrections = load_corrections(root)
     all_chapters = chapters(root)
     todo = [resolve_chapter(root, only)] if only else all_chapters
@@ -293,15 +337,20 @@ def run_chapter(name_or_path: str, params: dict, out: os.PathLike | str | None =
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = Path(out) if out else root / "runs" / f"{ch.name.replace('/', '-')}-{stamp}"
     out = out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
     declared = pm.inspect_notebook(str(ch.source))
     unknown = sorted(set(params) - set(declared))
     if unknown:
         raise BookError(f"{ch.source.name}: unknown parameter(s) {', '.join(unknown)}; "
                         f"parameters: {', '.join(declared)}")
+    if out.exists() and not out.is_dir():
+        raise BookError(f"{out}: a file, not a run folder")
+    if (out / "manifest.json").exists():
+        raise BookError(f"{out}: holds a run already; use a new --out folder")
+    out.mkdir(parents=True, exist_ok=True)
     params = dict(params)
     if "run_dir" in declared and "run_dir" not in params:
-        params["run_dir"] = str(out)
+        # the chapter runs with the root as working directory: inside it, a relative path
+        params["run_dir"] = out.relative_to(root).as_posix() if out.is_relative_to(root) else str(out)
     record = {"chapter": ch.name, "notebook": str(ch.source.relative_to(root)),
               "notebook_sha256": sha256_file(ch.source), "parameters": params, "started": now_iso()}
     write_manifest(out, **record, status="running")

@@ -15,16 +15,44 @@ class BookError(RuntimeError):
     pass
 
 
+# field -> (type check, what it must be); "study" and "what" are optional
+_CORRECTION_FIELDS = {
+    "date": (lambda v: hasattr(v, "isoformat") or (isinstance(v, str) and v.strip()), "a date (YYYY-MM-DD)"),
+    "chapters": (lambda v: isinstance(v, list) and all(isinstance(c, str) for c in v), "a list of toc entries"),
+    "claimed": (lambda v: isinstance(v, str) and v.strip(), "text"),
+    "stands": (lambda v: isinstance(v, str) and v.strip(), "text"),
+    "source": (lambda v: isinstance(v, str) and v.strip(), "text"),
+    "study": (lambda v: isinstance(v, str), "text"),
+    "what": (lambda v: isinstance(v, str), "text"),
+}
+_REQUIRED = ("date", "chapters", "claimed", "stands", "source")
+
+
 def load_corrections(root: Path) -> list[dict]:
+    """data/corrections.yml, schema-checked (types and known keys) before the book is touched."""
     path = root / "data" / "corrections.yml"
     if not path.exists():
         return []
-    items = yaml.safe_load(path.read_text()) or []
-    required = ("date", "chapters", "claimed", "stands", "source")
-    for i, item in enumerate(items):
-        missing = [k for k in required if k not in item]
+    try:
+        items = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+    except yaml.YAMLError as exc:
+        raise BookError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
+    if not isinstance(items, list):
+        raise BookError(f"{path}: expected a list of corrections, got {type(items).__name__}")
+    for i, item in enumerate(items, start=1):
+        if not isinstance(item, dict):
+            raise BookError(f"{path}: entry {i} is not a mapping")
+        missing = [k for k in _REQUIRED if k not in item]
         if missing:
-            raise BookError(f"{path}: entry {i + 1} is missing {', '.join(missing)}")
+            raise BookError(f"{path}: entry {i} is missing {', '.join(missing)}")
+        unknown = sorted(set(item) - set(_CORRECTION_FIELDS))
+        if unknown:
+            raise BookError(f"{path}: entry {i}: unknown key(s) {', '.join(unknown)}; known: "
+                            f"{', '.join(_CORRECTION_FIELDS)}")
+        for key, value in item.items():
+            ok, what = _CORRECTION_FIELDS[key]
+            if not ok(value):
+                raise BookError(f"{path}: entry {i}: {key} must be {what}, got {value!r}")
         item["date"] = str(item["date"])
     return items
 

@@ -36,7 +36,17 @@ from typing import Callable
 import numpy as np
 
 from .. import formats, grading, tasks
-from ..records import append_jsonl, now_iso, write_manifest
+from ..records import RunLock, append_jsonl, now_iso, portable_path, write_manifest
+
+
+def portable_adapter_config(adapter: str | Path) -> None:
+    """PEFT writes the base model's path as given (often absolute): keep it portable."""
+    import json
+
+    path = Path(adapter) / "adapter_config.json"
+    cfg = json.loads(path.read_text())
+    cfg["base_model_name_or_path"] = portable_path(cfg.get("base_model_name_or_path"))
+    path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
 @dataclass
@@ -109,7 +119,12 @@ def evaluate(model, tokenizer, arm: str, problems, samples: int = 4, max_tokens:
 
 
 def train(cfg: RLConfig, progress: bool = True) -> Path:
-    """Run every stage; returns the final adapter folder."""
+    """Run every stage; returns the final adapter folder. One writer per output folder."""
+    with RunLock(cfg.out):
+        return _train(cfg, progress)
+
+
+def _train(cfg: RLConfig, progress: bool = True) -> Path:
     import torch
     from datasets import Dataset
     from peft import LoraConfig, PeftModel
@@ -126,6 +141,8 @@ def train(cfg: RLConfig, progress: bool = True) -> Path:
     summary["stages"] = [{"name": s.name, "steps": s.steps, "problems": len(s.problems), "grading": s.grading}
                          for s in cfg.stages]
     summary["heldout_problems"] = len(cfg.heldout)
+    for key in ("model", "out", "init_adapter"):
+        summary[key] = portable_path(summary[key])
     write_manifest(out, config=summary, started=now_iso(), status="running", device=device)
     adapter = cfg.init_adapter
     global_step = 0
@@ -214,6 +231,7 @@ def train(cfg: RLConfig, progress: bool = True) -> Path:
         global_step += stage.steps
         adapter = str(stage_dir / "adapter")
         trainer.model.save_pretrained(adapter, safe_serialization=True)
+        portable_adapter_config(adapter)
         del trainer, model, base
         if device == "cuda":
             torch.cuda.empty_cache()
@@ -240,15 +258,36 @@ def load_config(path: str | Path, data_dir: str = "data") -> RLConfig:
 
     import yaml
 
-    raw = yaml.safe_load(Path(path).read_text())
-    known = {f.name for f in dataclasses.fields(RLConfig)}
+    try:
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: expected a mapping of RLConfig fields, got {type(raw).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(RLConfig)}
+    known = set(fields) - {"reward_fn"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ValueError(f"{path}: unknown keys {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    for key in ("model", "arm", "out"):
+        if not isinstance(raw.get(key), str):
+            raise ValueError(f"{path}: {key} must be text, got {raw.get(key)!r}")
+    for key, value in raw.items():
+        default = fields[key].default
+        if isinstance(default, (int, float)) and not isinstance(default, bool) and \
+                (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"{path}: {key} must be a number, got {value!r}")
+    specs = raw.pop("stages", None)
+    if not isinstance(specs, list) or not specs or not all(isinstance(x, dict) for x in specs):
+        raise ValueError(f"{path}: stages must be a non-empty list of mappings (name, steps, task …), got {specs!r}")
     stages = []
-    for spec in raw.pop("stages"):
+    for i, spec in enumerate(specs, start=1):
+        if not isinstance(spec.get("name"), str) or not isinstance(spec.get("steps"), int) or spec["steps"] < 1:
+            raise ValueError(f"{path}: stage {i} needs a name and steps ≥ 1, got {spec!r}")
         probs, task = _stage_problems(spec, data_dir)
-        stages.append(Stage(spec["name"], probs, int(spec["steps"]), spec.get("grading", task)))
+        stages.append(Stage(spec["name"], probs, spec["steps"], spec.get("grading", task)))
     held = raw.pop("heldout", None)
+    if held is not None and not isinstance(held, dict):
+        raise ValueError(f"{path}: heldout must be a mapping (task and its options), got {held!r}")
     heldout, held_grader = _stage_problems(held, data_dir) if held else ([], "integer")
     return RLConfig(stages=stages, heldout=heldout, **{"heldout_grading": held_grader, **raw})

@@ -25,8 +25,8 @@ from pathlib import Path
 import yaml
 
 from ... import metrics, runs
-from ...backends import SamplingParams, make_backend
-from ...records import RecordError, append_jsonl, now_iso, read_json, read_jsonl, write_manifest
+from ...backends import BackendSpec, SamplingParams
+from ...records import RecordError, RunLock, append_jsonl, now_iso, read_json, read_jsonl, write_manifest
 from ...tasks import load as load_task
 from ...train import grpo
 
@@ -111,8 +111,8 @@ def _systems(out: Path) -> dict:
 def _sample_and_grade(system, folder: Path, s: dict, world: dict, n: int, seed: int) -> None:
     model, adapter, fmt = system
     sp = s["sampling"]
-    backend = make_backend("transformers", str(model), str(adapter) if adapter else None,
-                           batch_size=sp["batch_size"], dtype=sp["dtype"])
+    backend = BackendSpec("transformers", str(model), str(adapter) if adapter else None,
+                          {"batch_size": sp["batch_size"], "dtype": sp["dtype"]})
     runs.sample(folder, "world", fmt, backend, n, SamplingParams(sp["max_tokens"], 1.0), seed=seed,
                 task_options=world, chunk=sp["batch_size"], progress=True)
     runs.grade(folder)
@@ -191,17 +191,22 @@ def run(out: str | Path, scale: str | Path = "smoke", stages=STAGES, seed: int =
     unknown = [st for st in stages if st not in _STAGE_FNS]
     if unknown:
         raise ValueError(f"unknown stage(s) {', '.join(unknown)}; stages: {', '.join(STAGES)}")
-    for stage in stages:
-        fn, sections = _STAGE_FNS[stage]
-        settings = _stage_settings(s, seed, *sections)
-        folder = out / stage
-        if _begin(folder, settings):
-            continue
-        started = now_iso()
-        fn(out, s, seed)
-        # the RL stages' manifest (written by grpo.train) keeps its config; the stage adds its settings
-        extra = {k: v for k, v in read_json(folder / "manifest.json").items() if k not in ("settings", "status")} \
-            if (folder / "manifest.json").exists() else {}
-        write_manifest(folder, **{**extra, "settings": settings, "status": "complete", "stage": stage,
-                                  "started": extra.get("started", started), "finished": now_iso()})
+    with RunLock(out):
+        for stage in stages:
+            _run_stage(out, s, seed, stage)
     return out
+
+
+def _run_stage(out: Path, s: dict, seed: int, stage: str) -> None:
+    fn, sections = _STAGE_FNS[stage]
+    settings = _stage_settings(s, seed, *sections)
+    folder = out / stage
+    if _begin(folder, settings):
+        return
+    started = now_iso()
+    fn(out, s, seed)
+    # the RL stages' manifest (written by grpo.train) keeps its config; the stage adds its settings
+    extra = {k: v for k, v in read_json(folder / "manifest.json").items() if k not in ("settings", "status")} \
+        if (folder / "manifest.json").exists() else {}
+    write_manifest(folder, **{**extra, "settings": settings, "status": "complete", "stage": stage,
+                              "started": extra.get("started", started), "finished": now_iso()})
