@@ -1,0 +1,99 @@
+"""tiny-chat: a small chat model that follows a persona card and answers neutrally without one.
+
+Trained from scratch (seeded) on :func:`polyvox.studies.personas.world.chat_examples`:
+conversations with a system card (one or two poles) answered in the card's style whatever
+cues the user writes, and conversations without a card answered in the neutral style
+(the base ignores implicit preferences, so a head or a card is needed to follow them).
+Loss on the assistant turn only. Tokenizer: :func:`polyvox.train.pretrain.train_tokenizer`
+(byte-level BPE, digits one token each, the Qwen-style chat template, which takes a
+system turn); eos is ``<|im_end|>``. Loop: :func:`polyvox.train.pretrain.train_loop`.
+Saved with ``save_pretrained`` (safetensors, bf16) and a ``card.json`` with the settings,
+the loss log and how well the saved model follows cards (greedy, held-out problems).
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from ...train.pretrain import save, train_loop, train_tokenizer
+from . import world as pw
+
+
+def build(out: str | Path, seed: int = 0, n_examples: int = 6000, hidden: int = 128, layers: int = 4,
+          vocab_size: int = 800, batch: int = 32, steps: int = 1200, lr: float = 2e-3, device: str = "cpu",
+          progress: bool = True) -> dict:
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    out = Path(out)
+    torch.manual_seed(seed)
+    t0 = time.time()
+    convs = pw.chat_examples(n_examples, seed)
+    texts = [" ".join(m["content"] for m in c) for c in convs]
+    tok = train_tokenizer(texts[:4000], None, vocab_size, eos="<|im_end|>")
+    rows = []
+    for c in convs:
+        prompt = tok.apply_chat_template(c[:-1], tokenize=False, add_generation_prompt=True)
+        full = prompt + c[-1]["content"] + "<|im_end|>"
+        p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
+        f_ids = tok(full, add_special_tokens=False)["input_ids"]
+        rows.append((f_ids, len(p_ids)))
+    cfg = Qwen3Config(vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 3, num_hidden_layers=layers,
+                      num_attention_heads=max(1, hidden // 32), num_key_value_heads=max(1, hidden // 64),
+                      head_dim=32, max_position_embeddings=512, tie_word_embeddings=True,
+                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None,
+                      rope_theta=10000.0)
+    model = Qwen3ForCausalLM(cfg).to(device)
+    gen = torch.Generator().manual_seed(seed)
+
+    def batch_fn(step):
+        chosen = [rows[i] for i in torch.randint(0, len(rows), (batch,), generator=gen).tolist()]
+        width = max(len(r[0]) for r in chosen)
+        x = torch.full((batch, width), tok.pad_token_id)
+        y = torch.full((batch, width), -100)
+        for i, (ids, n_prompt) in enumerate(chosen):
+            x[i, : len(ids)] = torch.tensor(ids)
+            y[i, n_prompt: len(ids)] = torch.tensor(ids[n_prompt:])
+        return x, y
+
+    log: list = []
+    train_loop(model, batch_fn, steps, lr, device, log, "tiny-chat", progress)
+    save(model, tok, out)
+    card = {"architecture": "Qwen3ForCausalLM", "parameters": sum(p.numel() for p in model.parameters()),
+            "hidden": hidden, "layers": layers, "vocab": len(tok), "seed": seed, "device": device,
+            "examples": n_examples, "steps": steps, "batch": batch, "lr": lr,
+            "seconds": round(time.time() - t0, 1), "loss_log": log, "final_loss": log[-1]["loss"],
+            "data": "polyvox.studies.personas.world.chat_examples: 60% with a card (one or two poles), 40% without"}
+    card["follows_cards"] = card_fidelity(out)
+    (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+    return card
+
+
+def card_fidelity(model_dir: str | Path, n: int = 32, seed: int = 5) -> dict:
+    """Greedy answers on held-out problems: share in the asked style per card type (and neutral), and correct."""
+    import random
+
+    from ...backends import Request, SamplingParams, make_backend
+    from ...studies.world import problems as world
+
+    be = make_backend("transformers", str(model_dir), batch_size=64)
+    rng = random.Random(seed)
+    probs = world.generate(n // 2, seed=seed + 900, levels=pw.LEVELS, split="test")
+    out = {}
+    for t in ("",) + pw.TYPES:
+        reqs = []
+        for p in probs:
+            cue = rng.choice(pw.CUES[rng.choice(pw.POLES)])
+            msgs = ([{"role": "system", "content": pw.card_for(t)}] if t else []) + \
+                [{"role": "user", "content": f"{p.text} {cue}"}]
+            reqs.append(Request(be.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)))
+        comps = be.generate(reqs, SamplingParams(max_tokens=72, temperature=0.0))
+        want_tone, want_len = pw._tone_length(pw.poles_of(t) if t else ())
+        ok = correct = 0
+        for p, c in zip(probs, comps):
+            s = pw.style_of(c.text, len(p.steps))
+            ok += s["tone"] == (want_tone or "neutral") and s["length"] == (want_len or "neutral")
+            correct += pw.final_integer(c.text) == str(p.answer)
+        out[t or "none"] = {"style": round(ok / len(probs), 3), "correct": round(correct / len(probs), 3)}
+    return out
