@@ -52,7 +52,7 @@ def load_scale(scale: str | Path) -> dict:
         raise ValueError(f"unknown collab scale {scale!r}; scales: {', '.join(names)} (or a YAML path)")
     data = yaml.safe_load(path.read_text())
     expected = {"data", "models", "pd", "rl", "eval"}
-    if not isinstance(data, dict) or not expected <= set(data):
+    if not isinstance(data, dict) or not expected <= set(data) or not set(data) <= expected | {"threads", "endpoints"}:
         raise ValueError(f"{path}: expected the sections {', '.join(sorted(expected))}")
     return {"name": path.stem, **data}
 
@@ -232,6 +232,12 @@ def run(out: str | Path, scale: str | Path = "smoke", stages=STAGES, models_dir:
     """Run the stages in order into out/<stage>/ (skipping complete ones); returns seconds per stage."""
     s = load_scale(scale)
     out = Path(out)
+    if s.get("threads"):
+        import torch
+
+        # a small model on a shared CPU: more intra-op threads than free cores make each step
+        # ~40× slower (OpenMP threads spin waiting for one another); the scale pins the count
+        torch.set_num_threads(int(s["threads"]))
     models = Path(models_dir) if models_dir else out / "models"
     times = {}
     for stage in STAGES:
