@@ -621,7 +621,11 @@ def grade_many(task: str, completions: list[str], golds: list, workers: int | No
     import os
 
     workers = workers or max(1, min(os.cpu_count() or 1, 8))
-    chunks = [items[i:i + chunk] for i in range(0, len(items), chunk)]
+    # Items grouped by gold (stably) before chunking: a gold's items land in one or two
+    # chunks, so each worker parses only its own golds instead of nearly all of them.
+    order = sorted(range(len(items)), key=lambda i: str(items[i][1]))
+    ordered = [items[i] for i in order]
+    chunks = [ordered[i:i + chunk] for i in range(0, len(ordered), chunk)]
     results: list[list[Grade] | None] = [None] * len(chunks)
     ctx = mp.get_context("fork") if hasattr(os, "fork") else mp.get_context("spawn")
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
@@ -634,10 +638,13 @@ def grade_many(task: str, completions: list[str], golds: list, workers: int | No
         for proc in list(getattr(pool, "_processes", {}).values()):
             if any(r is None for r in results) and proc.is_alive():
                 proc.kill()
-    out: list[Grade] = []
+    graded: list[Grade] = []
     for i, res in enumerate(results):
-        out.extend(res if res is not None else
-                   [_grade_isolated(task, c, g, item_timeout_s, ctx, options) for c, g in chunks[i]])
+        graded.extend(res if res is not None else
+                      [_grade_isolated(task, c, g, item_timeout_s, ctx, options) for c, g in chunks[i]])
+    out: list[Grade | None] = [None] * len(items)
+    for position, g in zip(order, graded):
+        out[position] = g
     return out
 
 
