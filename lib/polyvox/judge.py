@@ -1,0 +1,418 @@
+"""Pairwise judging: both A/B orders, free ties, plan / run / tally, a rubric and an LLM judge.
+
+Inputs are *systems files*: JSONL, one row per prompt — ``prompt_id``, ``prompt`` (what the
+judge is shown), ``preference`` (the label the judge reads), ``gold`` (optional), any labels
+to break tallies down by, and ``responses`` ({system: text}). A side of a comparison is
+``FILE:SYSTEM``. A comparison of A against B covers the prompts both files hold.
+
+Protocol (seed 002's, run21's judge_compare):
+
+- every pair is judged twice, A shown first then B shown first; the outcome from A's side
+  is W or L only when both orders agree, T otherwise; identical texts are free ties (no
+  call is made);
+- win rate = (W + T/2)/n with a 95% percentile bootstrap CI over prompts
+  (:func:`polyvox.metrics.bootstrap_ci`);
+- a verdict that cannot be parsed is retried with another seed up to ``max_attempts``
+  times and then recorded as ``unparseable``: tallies count such prompts separately and
+  leave them out of n — never as a tie. ``run --retry-unparseable`` asks again;
+- tallies are broken down by any row label (the router's pick, the true preference type).
+
+Cache and resume: ``<out>/verdicts.jsonl`` holds one line per judge call, keyed by sha256
+over (judge identity, prompt id, prompt, preference, the text shown first, the text shown
+second) — the order is part of the key, the system names are not, so the same two texts met
+in another comparison are not paid twice. Lines are appended (flushed, fsynced) after each
+chunk of calls; a torn last line is cut on open; a later line for the same key is accepted
+only when it replaces an ``unparseable`` one. A run killed at any point therefore loses at
+most the chunk in flight and a rerun duplicates nothing. :func:`plan` counts the calls still
+to make before :func:`run` spends them.
+
+Judges share one interface (``identity()``, ``ask(calls) -> [raw text]``, ``parse(raw)``):
+:class:`RubricJudge` scores each text with a program (free, exact, order-blind) and
+:class:`LLMJudge` asks any :mod:`polyvox.backends` backend — an OpenAI-compatible endpoint
+with its key from the environment — with the template :data:`JUDGE_TEMPLATE`.
+
+Length control (:func:`length_controlled`), after AlpacaEval 2: regress each prompt's score
+(W 1, T ½, L 0) on the length difference (words of A − words of B, divided by its standard
+deviation) with a logistic link, and report σ(intercept) — the win rate predicted at zero
+length difference — with a bootstrap CI. AlpacaEval 2's GLM also has model and instruction
+terms; with two fixed systems and one label per prompt, the length term is the one left.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Protocol
+
+import numpy as np
+
+from .records import RecordError, append_jsonl, iter_jsonl, now_iso, read_json, repair_truncated_tail, write_manifest
+
+VERDICTS = "verdicts.jsonl"
+CHOICES = ("A", "B", "tie")
+
+JUDGE_TEMPLATE = (
+    "You compare two answers to a user's request.\n"
+    "The user's preference: {preference}.\n"
+    "Request: {prompt}\n\n"
+    "Answer A: {first}\n\n"
+    "Answer B: {second}\n\n"
+    "Which answer is correct and better suits the user's preference? "
+    "Reply with [[A]], [[B]] or [[tie]]."
+)
+
+
+@dataclass(frozen=True)
+class Call:
+    prompt_id: str
+    prompt: str
+    preference: str
+    first: str
+    second: str
+    row: dict = field(default_factory=dict, compare=False, hash=False)  # the systems row (gold, labels)
+
+
+class Judge(Protocol):
+    name: str
+
+    def identity(self) -> dict: ...
+
+    def ask(self, calls: list[Call], attempt: int) -> list[str]: ...
+
+    def parse(self, raw: str) -> str | None: ...
+
+
+class RubricJudge:
+    """A program judge: ``score(text, row) -> float``; the higher-scored text wins, equal scores tie."""
+
+    name = "rubric"
+
+    def __init__(self, score: Callable[[str, dict], float], version: str):
+        self.score, self.version = score, version
+
+    def identity(self) -> dict:
+        return {"judge": "rubric", "version": self.version}
+
+    def ask(self, calls: list[Call], attempt: int = 0) -> list[str]:
+        out = []
+        for c in calls:
+            a, b = self.score(c.first, c.row), self.score(c.second, c.row)
+            out.append("[[A]]" if a > b + 1e-9 else "[[B]]" if b > a + 1e-9 else "[[tie]]")
+        return out
+
+    def parse(self, raw: str) -> str | None:
+        return parse_verdict(raw)
+
+
+class LLMJudge:
+    """A judge model behind any backend (``openai`` for an OpenAI-compatible endpoint): greedy, seeded."""
+
+    name = "llm"
+
+    def __init__(self, backend, template: str = JUDGE_TEMPLATE, max_tokens: int = 16, seed: int = 0):
+        self.backend, self.template, self.max_tokens, self.seed = backend, template, max_tokens, seed
+
+    def identity(self) -> dict:
+        return {"judge": "llm", **self.backend.identity(), "max_tokens": self.max_tokens,
+                "template_sha256": hashlib.sha256(self.template.encode()).hexdigest()[:16]}
+
+    def ask(self, calls: list[Call], attempt: int = 0) -> list[str]:
+        from .backends import Request, SamplingParams
+
+        reqs = [Request(self.template.format(preference=c.preference, prompt=c.prompt, first=c.first,
+                                             second=c.second), seed=self.seed + attempt, chat=True)
+                for c in calls]
+        return [c.text for c in self.backend.generate(reqs, SamplingParams(self.max_tokens, 0.0))]
+
+    def parse(self, raw: str) -> str | None:
+        return parse_verdict(raw)
+
+
+_VERDICT = re.compile(r"\[\[\s*(A|B|tie)\s*\]\]", re.I)
+
+
+def parse_verdict(raw: str) -> str | None:
+    """'A', 'B' or 'tie' from ``[[A]]``/``[[B]]``/``[[tie]]`` (or a bare reply of just that word); else None."""
+    found = {m.group(1).upper() if m.group(1).lower() != "tie" else "tie" for m in _VERDICT.finditer(raw or "")}
+    if len(found) == 1:
+        return found.pop()
+    bare = (raw or "").strip().strip(".").strip()
+    return {"a": "A", "b": "B", "tie": "tie"}.get(bare.lower())
+
+
+# ---------------------------------------------------------------- systems files and comparisons
+
+def read_systems(path: str | Path) -> dict[str, dict]:
+    rows = {}
+    for line, obj in iter_jsonl(path):
+        for k in ("prompt_id", "prompt", "preference", "responses"):
+            if k not in obj:
+                raise RecordError(path, line, f"missing field {k!r} for a systems row")
+        if obj["prompt_id"] in rows:
+            raise RecordError(path, line, f"duplicate prompt_id {obj['prompt_id']!r}")
+        rows[obj["prompt_id"]] = obj
+    return rows
+
+
+def parse_side(spec: str) -> tuple[Path, str]:
+    if ":" not in spec:
+        raise ValueError(f"expected FILE:SYSTEM, got {spec!r}")
+    path, system = spec.rsplit(":", 1)
+    return Path(path), system
+
+
+@dataclass
+class Pair:
+    prompt_id: str
+    row: dict  # A's row (prompt, preference, labels)
+    a: str
+    b: str
+
+
+def pairs(a_spec: str, b_spec: str) -> list[Pair]:
+    """The prompts both sides answer, in A's file order."""
+    (fa, sa), (fb, sb) = parse_side(a_spec), parse_side(b_spec)
+    ra, rb = read_systems(fa), (read_systems(fb) if fb != fa else None)
+    rb = rb if rb is not None else ra
+    out = []
+    for pid, row in ra.items():
+        if pid not in rb or sa not in row["responses"] or sb not in rb[pid]["responses"]:
+            continue
+        if rb[pid]["prompt"] != row["prompt"]:
+            raise ValueError(f"prompt {pid!r} differs between {fa} and {fb}")
+        out.append(Pair(pid, row, row["responses"][sa], rb[pid]["responses"][sb]))
+    if not out:
+        raise ValueError(f"no prompt is answered by both {a_spec} and {b_spec}")
+    return out
+
+
+def _calls(p: Pair) -> tuple[Call, Call]:
+    mk = lambda x, y: Call(p.prompt_id, p.row["prompt"], p.row["preference"], x, y, p.row)  # noqa: E731
+    return mk(p.a, p.b), mk(p.b, p.a)
+
+
+def call_key(identity: dict, c: Call) -> str:
+    blob = json.dumps([identity, c.prompt_id, c.prompt, c.preference, c.first, c.second], sort_keys=True,
+                      ensure_ascii=False)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def load_cache(out: str | Path) -> dict[str, dict]:
+    """The recorded calls by key; a parsed record may replace an unparseable one, nothing else repeats."""
+    path = Path(out) / VERDICTS
+    if not path.exists():
+        return {}
+    repair_truncated_tail(path)
+    cache: dict[str, dict] = {}
+    for line, obj in iter_jsonl(path):
+        old = cache.get(obj["key"])
+        if old is not None and old["choice"] != "unparseable":
+            raise RecordError(path, line, f"duplicate verdict for key {obj['key'][:12]}…")
+        cache[obj["key"]] = obj
+    return cache
+
+
+def _todo(ps: list[Pair], judge: Judge, cache: dict, retry_unparseable: bool) -> list[Call]:
+    ident, seen, todo = judge.identity(), set(), []
+    for p in ps:
+        if p.a == p.b:
+            continue
+        for c in _calls(p):
+            k = call_key(ident, c)
+            rec = cache.get(k)
+            if k in seen or (rec is not None and not (retry_unparseable and rec["choice"] == "unparseable")):
+                continue
+            seen.add(k)
+            todo.append(c)
+    return todo
+
+
+def plan(a_spec: str, b_spec: str, out: str | Path, judge: Judge, retry_unparseable: bool = False) -> dict:
+    """What ``run`` would do: prompts, free ties (identical texts), calls cached, calls still to make."""
+    ps = pairs(a_spec, b_spec)
+    cache = load_cache(out)
+    todo = _todo(ps, judge, cache, retry_unparseable)
+    identical = sum(p.a == p.b for p in ps)
+    return {"prompts": len(ps), "identical": identical, "calls_needed": 2 * (len(ps) - identical),
+            "cached": 2 * (len(ps) - identical) - len(todo), "to_make": len(todo)}
+
+
+def run(a_spec: str, b_spec: str, out: str | Path, judge: Judge, chunk: int = 32, max_attempts: int = 3,
+        retry_unparseable: bool = False, progress: bool = False) -> dict:
+    """Make the missing calls (both orders), appending after each chunk; returns counts and throughput."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    ps = pairs(a_spec, b_spec)
+    cache = load_cache(out)
+    todo = _todo(ps, judge, cache, retry_unparseable)
+    ident = judge.identity()
+    manifest = out / "manifest.json"
+    old = read_json(manifest) if manifest.exists() else {}
+    comparisons = sorted(set(map(tuple, old.get("comparisons", []))) | {(a_spec, b_spec)})
+    judges = {json.dumps(j, sort_keys=True) for j in old.get("judges", [])} | {json.dumps(ident, sort_keys=True)}
+    write_manifest(out, comparisons=[list(c) for c in comparisons], judges=[json.loads(j) for j in sorted(judges)],
+                   protocol={"orders": "both", "fold": "W/L only when both orders agree, else T",
+                             "identical_texts": "free tie", "max_attempts": max_attempts},
+                   status="running", updated=now_iso())
+    t0, made, unparseable = time.perf_counter(), 0, 0
+    for b in range(0, len(todo), chunk):
+        batch = todo[b:b + chunk]
+        results: list = [None] * len(batch)
+        pending = list(range(len(batch)))
+        attempt = 0
+        while pending and attempt < max_attempts:
+            t_call = time.perf_counter()
+            raws = judge.ask([batch[i] for i in pending], attempt)
+            latency = (time.perf_counter() - t_call) / len(pending)
+            still = []
+            for i, raw in zip(pending, raws):
+                choice = judge.parse(raw)
+                results[i] = (choice or "unparseable", raw, attempt + 1, latency)
+                if choice is None:
+                    still.append(i)
+            pending, attempt = still, attempt + 1
+        records = []
+        for c, (choice, raw, attempts, latency) in zip(batch, results):
+            unparseable += choice == "unparseable"
+            records.append({"key": call_key(ident, c), "judge": ident.get("judge"), "prompt_id": c.prompt_id,
+                            "first_sha": hashlib.sha256(c.first.encode()).hexdigest()[:16],
+                            "second_sha": hashlib.sha256(c.second.encode()).hexdigest()[:16],
+                            "choice": choice, "raw": (raw or "")[:500], "attempts": attempts,
+                            "latency_s": round(latency, 4)})
+        append_jsonl(out / VERDICTS, records)
+        made += len(batch)
+        if progress:
+            print(f"judge: {made}/{len(todo)} calls", flush=True)
+    seconds = time.perf_counter() - t0
+    write_manifest(out, comparisons=[list(c) for c in comparisons], judges=[json.loads(j) for j in sorted(judges)],
+                   protocol={"orders": "both", "fold": "W/L only when both orders agree, else T",
+                             "identical_texts": "free tie", "max_attempts": max_attempts},
+                   status="complete", updated=now_iso())
+    return {"calls_made": made, "unparseable": unparseable, "seconds": round(seconds, 3),
+            "verdicts_per_s": round(made / seconds, 2) if made and seconds > 0 else None}
+
+
+# ---------------------------------------------------------------- tally
+
+def outcomes(a_spec: str, b_spec: str, out: str | Path, judge: Judge) -> "pd.DataFrame":  # noqa: F821
+    """One row per prompt: outcome W/L/T from A's side (U: an order unparseable; M: not judged yet),
+    both orders' choices, word counts and the row's labels."""
+    import pandas as pd
+
+    ident, cache = judge.identity(), load_cache(out)
+    rows = []
+    for p in pairs(a_spec, b_spec):
+        labels = {k: v for k, v in p.row.items() if k not in ("responses", "prompt") and isinstance(v, (str, int, float))}
+        base = {**labels, "prompt_id": p.prompt_id, "words_a": len(p.a.split()), "words_b": len(p.b.split())}
+        if p.a == p.b:
+            rows.append({**base, "outcome": "T", "ab": "identical", "ba": "identical"})
+            continue
+        ab, ba = (cache.get(call_key(ident, c)) for c in _calls(p))
+        if ab is None or ba is None:
+            rows.append({**base, "outcome": "M", "ab": None, "ba": None})
+            continue
+        x, y = ab["choice"], ba["choice"]
+        if "unparseable" in (x, y):
+            outcome = "U"
+        elif x == "A" and y == "B":
+            outcome = "W"
+        elif x == "B" and y == "A":
+            outcome = "L"
+        else:
+            outcome = "T"
+        rows.append({**base, "outcome": outcome, "ab": x, "ba": y})
+    return pd.DataFrame(rows)
+
+
+SCORE = {"W": 1.0, "T": 0.5, "L": 0.0}
+
+
+def summarize(df, n_boot: int = 2000, seed: int = 0) -> dict:
+    from .metrics import bootstrap_ci
+
+    counts = {k: int((df["outcome"] == k).sum()) for k in ("W", "T", "L", "U", "M")}
+    scored = df[df["outcome"].isin(list(SCORE))]
+    n = len(scored)
+    row = {"n": n, **{k: counts[k] for k in "WTL"}, "unparseable": counts["U"], "missing": counts["M"]}
+    if n == 0:
+        return {**row, "win_rate": None, "ci_low": None, "ci_high": None}
+    wr, lo, hi = bootstrap_ci(scored["outcome"].map(SCORE).to_numpy(), n_boot=n_boot, seed=seed)
+    return {**row, "win_rate": wr, "ci_low": lo, "ci_high": hi}
+
+
+def tally(a_spec: str, b_spec: str, out: str | Path, judge: Judge, by: tuple[str, ...] = (),
+          n_boot: int = 2000) -> dict:
+    """Overall and per-label win rates of A over B, with the length-controlled view."""
+    df = outcomes(a_spec, b_spec, out, judge)
+    result = {"a": a_spec, "b": b_spec, "overall": summarize(df, n_boot), "length_controlled": length_controlled(df),
+              "by": {}}
+    for label in by:
+        if label not in df.columns:
+            raise ValueError(f"no label {label!r} in the systems rows; labels: "
+                             f"{', '.join(c for c in df.columns if c not in ('outcome', 'ab', 'ba'))}")
+        result["by"][label] = {str(v): summarize(g, n_boot) for v, g in df.groupby(label, sort=True)}
+    return result
+
+
+def _logistic_intercept(x: np.ndarray, y: np.ndarray, iters: int = 50, ridge: float = 1e-6) -> tuple[float, float]:
+    """Fit y ~ σ(b0 + b1 x) (fractional y allowed) by Newton's method; returns (b0, b1)."""
+    X = np.column_stack([np.ones_like(x), x])
+    beta = np.zeros(2)
+    for _ in range(iters):
+        p = 1 / (1 + np.exp(-X @ beta))
+        w = np.clip(p * (1 - p), 1e-9, None)
+        grad = X.T @ (y - p) - ridge * beta
+        hess = (X * w[:, None]).T @ X + ridge * np.eye(2)
+        step = np.linalg.solve(hess, grad)
+        beta += step
+        if np.abs(step).max() < 1e-10:
+            break
+    return float(beta[0]), float(beta[1])
+
+
+def length_controlled(df, n_boot: int = 500, seed: int = 0) -> dict:
+    """Win rate at zero length difference (logistic regression of the score on standardised length difference)."""
+    scored = df[df["outcome"].isin(list(SCORE))]
+    if len(scored) < 3:
+        return {"win_rate": None, "ci_low": None, "ci_high": None, "slope": None}
+    y = scored["outcome"].map(SCORE).to_numpy(dtype=float)
+    d = (scored["words_a"] - scored["words_b"]).to_numpy(dtype=float)
+    sd = d.std()
+    x = d / sd if sd > 0 else np.zeros_like(d)
+    sig = lambda b: 1 / (1 + np.exp(-b))  # noqa: E731
+    # Extreme fits (perfect separation) are clipped by the ridge; the intercept stays finite.
+    b0, b1 = _logistic_intercept(x, y, ridge=1e-3)
+    rng = np.random.default_rng(seed)
+    boots = []
+    for _ in range(n_boot):
+        i = rng.integers(0, len(y), len(y))
+        boots.append(sig(_logistic_intercept(x[i], y[i], iters=30, ridge=1e-3)[0]))
+    lo, hi = np.quantile(boots, [0.025, 0.975])
+    return {"win_rate": float(sig(b0)), "ci_low": float(lo), "ci_high": float(hi), "slope": float(b1),
+            "length_sd_words": float(sd)}
+
+
+def as_table(result: dict) -> str:
+    """A text table of a tally (what ``polyvox judge tally`` prints)."""
+    def fmt(s):
+        if s["win_rate"] is None:
+            return f"n={s['n']:>4}  —"
+        return (f"n={s['n']:>4}  W {s['W']:>4}  T {s['T']:>4}  L {s['L']:>4}  "
+                f"win {100 * s['win_rate']:5.1f}% [{100 * s['ci_low']:.0f},{100 * s['ci_high']:.0f}]"
+                + (f"  unparseable {s['unparseable']}" if s["unparseable"] else "")
+                + (f"  missing {s['missing']}" if s["missing"] else ""))
+
+    lines = [f"{result['a']}  vs  {result['b']}", f"  overall            {fmt(result['overall'])}"]
+    lc = result["length_controlled"]
+    if lc["win_rate"] is not None:
+        lines.append(f"  length-controlled  win {100 * lc['win_rate']:5.1f}% [{100 * lc['ci_low']:.0f},"
+                     f"{100 * lc['ci_high']:.0f}]  (slope {lc['slope']:+.2f} per sd of length difference)")
+    for label, groups in result["by"].items():
+        lines.append(f"  by {label}:")
+        for v, s in groups.items():
+            lines.append(f"    {v:<22} {fmt(s)}")
+    return "\n".join(lines)
+
