@@ -19,16 +19,17 @@ and closer, ½ each; impersonal: 1 when impersonal, ¼ when neutral, 0 when warm
 
 Users carry their preference implicitly: each user has one preference type and speaks it
 through cue sentences drawn from several paraphrases per pole (some subtle, e.g. "Busy
-day." for concise), before or after the problem. Users are split train/validation/test by a
-hash of their id, so no test user's cues or problems are seen in training; problems come
+day." for concise), before or after the problem. Users are split train/validation/test by the
+user's index within a preference type (j mod 7 = 0: test, 1: validation, else train), so
+every type is in every split and no test user's prompts or problems are seen in training (the cue
+paraphrases come from one shared pool, so the router meets known phrasings); problems come
 from the world's own train/test split (:func:`polyvox.studies.world.problems.generate`).
 
 The task ``personas`` (registered when this module is imported) serves a split's prompts
-to the one run path: ``tasks.load("personas", split="test", n_users=96, per_user=4, seed=0)``.
+to the one run path: ``tasks.load("personas", split="test", n_users=128, per_user=4, seed=0)``.
 """
 from __future__ import annotations
 
-import hashlib
 import random
 import re
 from dataclasses import dataclass
@@ -173,9 +174,9 @@ class User:
     split: str
 
 
-def _split(uid: str, seed: int) -> str:
-    h = int(hashlib.sha256(f"{seed}|{uid}".encode()).hexdigest(), 16) % 20
-    return "test" if h < 4 else "validation" if h < 7 else "train"
+def _split(j: int) -> str:
+    """Split of the j-th user of a preference type: every type has users in every split."""
+    return "test" if j % 7 == 0 else "validation" if j % 7 == 1 else "train"
 
 
 def users(n_users: int, seed: int = 0) -> list[User]:
@@ -186,7 +187,7 @@ def users(n_users: int, seed: int = 0) -> list[User]:
         uid = f"u{i:04d}"
         pref = TYPES[i % len(TYPES)]
         cues = {p: rng.sample(CUES[p], 2) for p in poles_of(pref)}
-        out.append(User(uid, pref, cues, rng.choice(["before", "after"]), _split(uid, seed)))
+        out.append(User(uid, pref, cues, rng.choice(["before", "after"]), _split(i // len(TYPES))))
     return out
 
 
@@ -204,7 +205,7 @@ def _with_cues(text: str, cues: list[str], position: str) -> str:
     return " ".join(cues + [text]) if position == "before" else " ".join([text] + cues)
 
 
-def prompts(n_users: int = 96, per_user: int = 4, seed: int = 0, split: str | None = None) -> list[PersonaPrompt]:
+def prompts(n_users: int = 128, per_user: int = 4, seed: int = 0, split: str | None = None) -> list[PersonaPrompt]:
     """per_user prompts for each user (of the split, if one is named), problems of the matching world split."""
     rng = random.Random(seed + 7)
     us = users(n_users, seed)
@@ -234,7 +235,7 @@ def to_problem(pp: PersonaPrompt) -> Problem:
 
 
 @register_task("personas", grader="integer")
-def personas_task(data_dir=None, split: str | None = "test", n_users: int = 96, per_user: int = 4,
+def personas_task(data_dir=None, split: str | None = "test", n_users: int = 128, per_user: int = 4,
                   seed: int = 0) -> list[Problem]:
     """The persona world's user prompts of a split (``data_dir`` unused)."""
     return [to_problem(pp) for pp in prompts(n_users, per_user, seed, split)]
