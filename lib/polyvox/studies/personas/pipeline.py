@@ -62,9 +62,10 @@ def load_scale(scale: str | Path) -> dict:
         raise ValueError(f"unknown personas scale {scale!r}; scales: {', '.join(names)} (or a YAML path)")
     data = yaml.safe_load(path.read_text())
     expected = {"model", "world", "router", "distill", "arms", "generate", "judge"}
+    name = data.pop("name", path.stem) if isinstance(data, dict) else None  # a run folder's scale.yaml keeps it
     if not isinstance(data, dict) or set(data) != expected:
         raise ValueError(f"{path}: expected the sections {', '.join(sorted(expected))}")
-    return {"name": path.stem, **data}
+    return {"name": name, **data}
 
 
 def _model(s: dict) -> str:
@@ -360,7 +361,7 @@ def run(out: str | Path, scale: str | Path = "cpu", stages=STAGES) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(int(s["generate"].get("threads", 1)))
-    (out / "scale.yaml").write_text(yaml.safe_dump({k: v for k, v in s.items() if k != "name"}, sort_keys=False))
+    (out / "scale.yaml").write_text(yaml.safe_dump(s, sort_keys=False))
     for stage in stages:
         t0 = time.time()
         if stage == "router":
