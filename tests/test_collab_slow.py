@@ -79,7 +79,7 @@ def test_scheduler_against_three_real_servers(three_servers, tmp_path):
 
 def test_collab_run_smoke_pipeline_and_skip_on_rerun(tmp_path, root):
     out = tmp_path / "collab"
-    cmd = [sys.executable, "-m", "polyvox.studies.collab.cli", "run", "--scale", "smoke", "--out", str(out)]
+    cmd = [sys.executable, "-m", "polyvox.studies.collab.cli", "collab", "run", "--scale", "smoke", "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(root / "lib")}
     done = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -1,6 +1,7 @@
 """``polyvox collab run``: every Part III stage for a scale into one folder (resumable).
 
     polyvox collab run --scale cpu --out runs/collab [--stages models,pd,rl,eval] [--models DIR]
+    python -m polyvox.studies.collab.cli collab run ...   (the same, before the lead wires it into polyvox)
 
 The lead's ``polyvox.cli`` calls :func:`add_commands` with its subparsers. A failing agent
 (:class:`.scheduler.AgentError`) or a refused folder prints one line and exits 1.
