@@ -7,8 +7,11 @@ traces (long panel and thinking completions, unlabelled). Every item once unless
 for more (repeats then warm the gold cache within an arm, equally for both arms).
 
 Fair comparison: both arms grade the *same* items, and the gold-parse cache
-(``grading._parse_gold``) is cleared before every arm, in the parent, so the pool's forked
-workers and the single process both start cold; math-verify and sympy are imported once
+(``grading._parse_gold``) and sympy's global cache are cleared before every arm, in the
+parent, so the pool's forked workers and the single process both start cold, and the single
+process grades in grade_many's order (grouped by gold; with repeated items, identical
+completions then sit together and math-verify's small caches hit in both arms alike);
+math-verify and sympy are imported once
 before any arm, so neither pays for imports. The arms alternate over --rounds rounds (pool
 first in even rounds, single first in odd ones); the medians are reported and every round
 is kept. Verdicts must be identical across all arms.
@@ -57,18 +60,29 @@ def corpus(n: int = 0):
     return (items * reps)[:n]
 
 
+def clear_caches():
+    """polyvox's gold-parse cache and sympy's global cache, emptied in this process (workers fork from it)."""
+    from sympy.core.cache import clear_cache
+
+    grading._parse_gold.cache_clear()
+    clear_cache()
+
+
 def pool_arm(comps, golds, workers):
-    grading._parse_gold.cache_clear()  # workers fork from here: they start cold
+    clear_caches()  # workers fork from here: they start cold
     t0 = time.perf_counter()
     grades = grading.grade_many("math", comps, golds, workers=workers)
     return time.perf_counter() - t0, grades
 
 
 def single_arm(comps, golds):
-    grading._parse_gold.cache_clear()
+    """One process, in grade_many's order (items grouped by gold): the same work in the same order as the pool."""
+    clear_caches()
+    order = sorted(range(len(comps)), key=lambda i: str(golds[i]))
     t0 = time.perf_counter()
-    grades = [grading.grade("math", c, g) for c, g in zip(comps, golds)]
-    return time.perf_counter() - t0, grades
+    graded = {i: grading.grade("math", comps[i], golds[i]) for i in order}
+    secs = time.perf_counter() - t0
+    return secs, [graded[i] for i in range(len(comps))]
 
 
 def load_old_grader(rev: str):
@@ -134,7 +148,7 @@ def main():
     result = {
         "command": "bench/grading.py " + " ".join(sys.argv[1:]),
         "items": len(items), "distinct_items": len(set(zip(comps, map(str, golds)))), "workers": args.workers,
-        "cache_state": "gold-parse cache cleared before every arm (both start cold); imports done before any arm",
+        "cache_state": "polyvox gold-parse cache and sympy cache cleared before every arm (both arms start cold); imports done before any arm",
         "cpus": os.cpu_count(), "note": "the machine's cores are shared with other jobs: see each round's load average",
         "rounds": rounds,
         "pool_samples_per_s_median": pool_rate, "single_process_samples_per_s_median": single_rate,
