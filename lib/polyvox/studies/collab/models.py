@@ -55,9 +55,19 @@ def batcher(rows, batch: int, pad_id: int, seed: int):
     return fn
 
 
+def kv_heads(hidden: int) -> int:
+    """Key/value heads: at most hidden // 64, and a divisor of the query heads (hidden // 32)."""
+    heads = max(1, hidden // 32)
+    return max(d for d in range(1, heads + 1) if heads % d == 0 and d <= max(1, hidden // 64))
+
+
 def build_tokenizer(out: Path, texts: list[str], vocab: int):
-    tok = train_tokenizer(texts, out / "tokenizer", vocab, eos="<|im_end|>")
-    return tok
+    """Train the tokenizer, or load the one an interrupted run of this stage already saved."""
+    if (out / "tokenizer" / "tokenizer.json").exists():
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(out / "tokenizer")
+    return train_tokenizer(texts, out / "tokenizer", vocab, eos="<|im_end|>")
 
 
 def train_base(out: Path, name: str, spec: dict, tok, pairs, seq_len: int, batch: int, steps: int, lr: float,
@@ -65,11 +75,16 @@ def train_base(out: Path, name: str, spec: dict, tok, pairs, seq_len: int, batch
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
+    done = out / name / "card.json"
+    if done.exists():  # an interrupted models stage keeps the models it finished (same spec and steps)
+        card = json.loads(done.read_text())
+        if all(card.get(k) == v for k, v in spec.items()) and card.get("steps") == steps and card.get("lr") == lr:
+            return card
     torch.manual_seed(seed)
     h = spec["hidden"]
     cfg = Qwen3Config(vocab_size=len(tok), hidden_size=h, intermediate_size=spec["intermediate"],
                       num_hidden_layers=spec["layers"], num_attention_heads=max(1, h // 32),
-                      num_key_value_heads=max(1, h // 64), head_dim=32, max_position_embeddings=1024,
+                      num_key_value_heads=kv_heads(h), head_dim=32, max_position_embeddings=1024,
                       tie_word_embeddings=True, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                       bos_token_id=None, rope_theta=10000.0)
     model = Qwen3ForCausalLM(cfg)
