@@ -347,7 +347,8 @@ def tally(a_spec: str, b_spec: str, out: str | Path, judge: Judge, by: tuple[str
           n_boot: int = 2000) -> dict:
     """Overall and per-label win rates of A over B, with the length-controlled view."""
     df = outcomes(a_spec, b_spec, out, judge)
-    result = {"a": a_spec, "b": b_spec, "overall": summarize(df, n_boot), "length_controlled": length_controlled(df),
+    result = {"a": a_spec, "b": b_spec, "overall": summarize(df, n_boot),
+              "length_controlled": length_controlled(df, n_boot=min(n_boot, 500)),
               "by": {}}
     for label in by:
         if label not in df.columns:

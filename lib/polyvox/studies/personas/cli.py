@@ -38,7 +38,7 @@ def _cmd_judge(args) -> int:
         j = _judge(args)
         for name, a, b in pipeline.comparisons(s, run / "systems"):
             t = judge.tally(a, b, run / "judge", j, by=tuple(args.by.split(",")) if args.by else pipeline.BY,
-                            n_boot=args.n_boot)
+                            n_boot=args.n_boot or s["judge"]["n_boot"])  # the run's own: the chapter's CIs
             print(f"== {name}")
             print(judge.as_table(t))
         return 0
@@ -55,7 +55,7 @@ def _cmd_judge(args) -> int:
         print(json.dumps(r))
     else:
         t = judge.tally(args.a, args.b, args.out, j, by=tuple(args.by.split(",")) if args.by else (),
-                        n_boot=args.n_boot)
+                        n_boot=args.n_boot or 2000)
         print(judge.as_table(t))
     return 0
 
@@ -87,7 +87,7 @@ def add_commands(subparsers) -> None:
     j.add_argument("--retry-unparseable", action="store_true")
     j.add_argument("--chunk", type=int, default=32)
     j.add_argument("--by", help="tally: comma-separated row labels to break down by (pick_size,preference)")
-    j.add_argument("--n-boot", type=int, default=2000)
+    j.add_argument("--n-boot", type=int, help="bootstrap resamples (default: the run's, or 2000)")
     j.set_defaults(func=_cmd_judge)
 
     p = subparsers.add_parser("personas", help="Part II's miniature pipeline")
