@@ -13,7 +13,9 @@ runs; ``h200``: the full-scale configuration, documented, not run here), read by
   pole's card as system prompt, student = base + LoRA on the user prompt alone), the
   checkpoint selected on validation (greedy answers of validation users' prompts scored by the
   rubric for the pole); ``mix_<pair>/``: the study's recipes mixed exactly
-  (:func:`polyvox.adapters.save_mix`).
+  (:func:`polyvox.adapters.save_mix`). A head whose own manifest is complete under the same
+  settings is kept when an interrupted arm-seed is resumed; a head cut off mid-training is
+  retrained whole.
 - ``gen/<unit>/``: greedy answers to the test prompts through the one run path
   (:func:`polyvox.runs.sample`, task ``personas``), one unit per adapter or card: ``base``,
   ``card-<type>`` (persona prompting), ``<arm>-s<seed>-<head or mix>``. Every system is an
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import yaml
@@ -169,6 +172,13 @@ def stage_heads(out: Path, s: dict, arm: str, seed: int) -> None:
                                     learning_rate=d["lr"], steps=d["steps"], batch=d["batch"],
                                     max_new_tokens=s["generate"]["max_tokens"], save_every=d["save_every"],
                                     seed=seed, teacher_temperature=d["teacher_temperature"], device=_device())
+        done = folder / pole / "manifest.json"
+        if done.exists() and read_json(done).get("status") == "complete" and \
+                read_json(done).get("settings") == json.loads(json.dumps(asdict(cfg))):
+            summaries[pole] = {k: read_json(done)[k] for k in ("selected_step", "validation", "step_seconds_mean",
+                                                               "step_seconds_median", "teacher_sequence_seconds",
+                                                               "mean_sequence_tokens", "examples")}
+            continue  # a head finished before an interruption is kept
         summaries[pole] = distill.train(cfg, [R.chat_prompt(tok, p.text) for p in train],
                                         [R.chat_prompt(tok, p.text, pw.CARDS[pole]) for p in train],
                                         select_fn=_validation_scorer(tok, pole, val, s["generate"]["max_tokens"]),
