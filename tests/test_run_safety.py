@@ -65,3 +65,17 @@ def test_each_request_is_sampled_with_its_own_seed_whatever_its_batch(tiny):
     assert [c.text for c in alone] == [one[2].text, one[0].text]
     other_seed = TransformersBackend(str(tiny), batch_size=3).generate([Request(reqs[0].prompt, seed=7)], params)
     assert other_seed[0].text != one[0].text  # a random model: different seeds differ over 12 tokens
+
+
+def test_the_static_cache_path_gives_the_dynamic_paths_completions(tiny):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from polyvox.backends.hf import generate_batched
+
+    tok, model = AutoTokenizer.from_pretrained(tiny), AutoModelForCausalLM.from_pretrained(tiny)
+    reqs = [Request(f"User: what is {i} plus 3? Assistant:" + " ok" * i, seed=i) for i in range(5)]
+    params = SamplingParams(max_tokens=10, temperature=1.0)
+    dynamic = generate_batched(model, tok, reqs, params, batch_size=2, device="cpu", static=False)
+    static = generate_batched(model, tok, reqs, params, batch_size=2, device="cpu", static=True)
+    assert [c.text for c in static] == [c.text for c in dynamic]
+    assert [c.completion_tokens for c in static] == [c.completion_tokens for c in dynamic]

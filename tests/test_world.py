@@ -142,3 +142,63 @@ def test_rl_config_rejects_unknown_keys(tmp_path):
     bad.write_text("model: m\narm: panel\nout: o\nlora_rnak: 4\nstages: []\n")
     with pytest.raises(ValueError, match="unknown keys lora_rnak"):
         rl.load_config(bad)
+
+
+def test_held_out_sets_are_arithmetic_disjoint_from_every_training_set():
+    """No held-out expression (operands and operators) occurs in any training, pretraining or SFT set."""
+    from polyvox.studies.world import models, pipeline
+
+    scale = pipeline.load_scale("smoke")
+    n = 200
+    _, docs = models.corpus(n, seed=0)  # pretraining documents and tiny-think's SFT problems (split "train")
+    sft_and_pretrain = models.corpus(n, seed=0)[0]
+    train_sets = sft_and_pretrain + world.generate(n // 10, seed=10, levels=(1, 2), split="train") \
+        + world.generate(n // 10, seed=30, levels=pipeline.POOL_LEVELS, split="train")
+    held = world.generate(25, seed=12, levels=(1, 2, 3, 4, 5), split="test") \
+        + world.generate(scale["eval"]["per_level"] * 10, seed=20, split="test") \
+        + world.generate(25, seed=40, levels=pipeline.POOL_LEVELS, split="test")
+    train_exprs = {p.expression for p in train_sets}
+    assert not {p.expression for p in held} & train_exprs
+    # the same calculation in other words is in the same split
+    p = held[0]
+    same = [q for q in world.generate(400, seed=99, levels=[p.level]) if q.expression == p.expression]
+    assert all(q.split == "test" for q in same)
+    # and the pretraining text never states a held-out problem
+    assert not any(h.text in d for h in held[:50] for d in docs)
+
+
+def test_the_refreshed_inference_copy_gives_the_policys_logits(tiny, lora):
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from polyvox.train.fastgen import refresh
+
+    policy = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny), str(lora))
+    copy = AutoModelForCausalLM.from_pretrained(tiny)
+    ids = torch.tensor([[5, 17, 42, 99, 7, 3]])
+    with torch.no_grad():
+        before = copy(ids).logits
+        assert refresh(policy, copy) > 0
+        want, got = policy(ids).logits, copy(ids).logits
+    assert not torch.allclose(before, want, atol=1e-3)  # the adapter changes the model
+    assert torch.allclose(got, want, atol=1e-5)
+    with torch.no_grad():  # a training step later: the copy follows after the next refresh
+        for name, p in policy.named_parameters():
+            if "lora_A" in name:
+                p.add_(0.05)
+        refresh(policy, copy)
+        assert torch.allclose(copy(ids).logits, policy(ids).logits, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_grpo_steps_with_fast_generation_on_cpu(tiny, tmp_path):
+    probs = [world.to_problem(p) for p in world.generate(4, seed=0, levels=[1], split="train")]
+    cfg = rl.RLConfig(model=str(tiny), arm="panel", out=str(tmp_path / "rl"), stages=[rl.Stage("easy", probs, 2)],
+                      lora_rank=4, lora_alpha=8, group_size=2, prompts_per_step=2, max_completion_length=8,
+                      eval_every=10, fast_generation=True)
+    rl.train(cfg, progress=False)
+    log = [json.loads(l) for l in (tmp_path / "rl/train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == [1, 2]
+    assert log[-1]["fastgen_calls"] == 2 and log[-1]["fastgen_tokens"] > 0
+    assert 0 < log[-1]["completion_tokens_mean"] <= 8

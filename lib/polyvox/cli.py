@@ -98,7 +98,7 @@ def _cmd_grade(args) -> int:
 def _cmd_world(args) -> int:
     from .studies.world.pipeline import STAGES, run
 
-    run(args.out, args.scale, args.stages or STAGES, seed=args.seed)
+    run(args.out, args.scale, args.stages or STAGES, seeds=args.seeds)
     print(f"world runs: {args.out}")
     return 0
 
@@ -177,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--out", required=True)
     w.add_argument("--scale", default="smoke", help="a scale in configs/world/ (smoke, h200) or a YAML path")
     w.add_argument("--stages", nargs="*", help="subset of: models panel-rl eval bands hillclimb-panel hillclimb-think")
-    w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--seeds", type=int, nargs="*", help="RL seeds to run (default: the scale's seeds)")
     w.set_defaults(func=_cmd_world)
 
     rlp = sub.add_parser("rl", help="GRPO with LoRA from a YAML config")

@@ -2,7 +2,10 @@
 
 bf16 on GPU, fp32 on CPU. Requests are sorted by prompt length and batched with
 left padding (less padding, same results); stop strings go to
-``generate(stop_strings=…)`` and are cut from the text.
+``generate(stop_strings=…)`` and are cut from the text. On CUDA, generation uses
+transformers' static KV cache, whose decode step transformers compiles
+(``cache_implementation="static"``, its maintained path; ``bench/sampling.py``
+measures it against the default dynamic cache); on CPU the dynamic cache.
 
 Seeds: every request is sampled with its own seed, whatever batch it lands in.
 ``generate``'s own sampler draws from one global generator for the whole batch, so a
@@ -88,7 +91,7 @@ class TransformersBackend(LocalBackend):
     name = "transformers"
 
     def __init__(self, model: str, adapter: str | None = None, device: str | None = None,
-                 batch_size: int = 16, dtype: str | None = None):
+                 batch_size: int = 16, dtype: str | None = None, static_cache: bool | None = None):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -109,6 +112,7 @@ class TransformersBackend(LocalBackend):
             self.model = PeftModel.from_pretrained(self.model, adapter)
         self.model.eval()
         self.batch_size = batch_size
+        self.static = static_cache  # None: static cache + compiled decode on CUDA, dynamic cache on CPU
 
     @classmethod
     def identity_options(cls, options: dict) -> dict:
@@ -117,45 +121,72 @@ class TransformersBackend(LocalBackend):
                 "dtype": options.get("dtype") or "auto: bf16 on GPU, fp32 on CPU"}
 
     def generate(self, requests: list[Request], params: SamplingParams) -> list[Completion]:
-        return generate_batched(self.model, self.tokenizer, requests, params, self.batch_size, self.device)
+        return generate_batched(self.model, self.tokenizer, requests, params, self.batch_size, self.device,
+                                self.static)
+
+
+STATIC_PAD = 64  # prompts are left-padded to a multiple of this on the static-cache path: few shapes, few compiles
+
+
+def generate_rows(model, rows: list[list[int]], seeds: list[int], params: SamplingParams, pad_id: int,
+                  eos_id, device: str, static: bool = False, batch_size: int | None = None,
+                  tokenizer=None) -> list[list[int]]:
+    """Generate after each row of prompt token ids; returns the new token ids of each row.
+
+    ``static``: transformers' static KV cache, whose decode step transformers compiles on
+    CUDA (``cache_implementation="static"``). A compiled step is specialised to its shapes,
+    so prompts are padded to a multiple of ``STATIC_PAD`` and a short last batch is filled
+    up to ``batch_size`` with copies of its last row (their outputs are dropped; each row
+    samples with its own seed, so the filler changes no other row's text).
+    """
+    import torch
+
+    n = len(rows)
+    width = max(len(r) for r in rows)
+    if static:
+        width = -(-width // STATIC_PAD) * STATIC_PAD
+        if batch_size and n < batch_size:
+            rows, seeds = rows + [rows[-1]] * (batch_size - n), seeds + [seeds[-1]] * (batch_size - n)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for k, r in enumerate(rows):
+        input_ids[k, width - len(r):] = torch.tensor(r)
+        mask[k, width - len(r):] = 1
+    sampler = [SeededSampler(seeds, params.temperature, params.top_p, width, device)] \
+        if params.temperature > 0 else None
+    extra = {"cache_implementation": "static"} if static else {}
+    with torch.no_grad():
+        gen = model.generate(input_ids=input_ids.to(device), attention_mask=mask.to(device),
+                             max_new_tokens=params.max_tokens, do_sample=False, logits_processor=sampler,
+                             pad_token_id=pad_id, eos_token_id=eos_id, stop_strings=list(params.stop) or None,
+                             tokenizer=tokenizer if params.stop else None, **extra)
+    return gen[:n, width:].tolist()
 
 
 def generate_batched(model, tokenizer, requests: list[Request], params: SamplingParams, batch_size: int,
-                     device: str) -> list[Completion]:
-    """Length-sorted, left-padded batched generation with a loaded model (also used inside RL)."""
-    import torch
+                     device: str, static: bool | None = None) -> list[Completion]:
+    """Length-sorted, left-padded batched generation with a loaded model (also used inside RL).
 
-    texts = [r.prompt for r in requests]
-    lengths = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
-    order = sorted(range(len(texts)), key=lambda i: lengths[i])
-    out: list[Completion | None] = [None] * len(texts)
+    ``static`` (default: on CUDA) takes the static-cache, compiled-decode path of :func:`generate_rows`.
+    """
+    static = str(device).startswith("cuda") if static is None else static
+    ids = [tokenizer(r.prompt, add_special_tokens=False)["input_ids"] for r in requests]
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    out: list[Completion | None] = [None] * len(ids)
     eos = tokenizer.eos_token_id
-    pad_side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    try:
-        for b in range(0, len(order), batch_size):
-            idx = order[b:b + batch_size]
-            enc = tokenizer([texts[i] for i in idx], return_tensors="pt", padding=True,
-                            add_special_tokens=False).to(device)
-            sampler = [SeededSampler([requests[i].seed for i in idx], params.temperature, params.top_p,
-                                     enc["input_ids"].shape[1], device)] if params.temperature > 0 else None
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                gen = model.generate(
-                    **enc, max_new_tokens=params.max_tokens, do_sample=False, logits_processor=sampler,
-                    pad_token_id=tokenizer.pad_token_id, eos_token_id=eos,
-                    stop_strings=list(params.stop) or None, tokenizer=tokenizer if params.stop else None)
-            latency = (time.perf_counter() - t0) / len(idx)
-            new = gen[:, enc["input_ids"].shape[1]:]
-            for row, i in zip(new.tolist(), idx):
-                # generated tokens up to and including the first eos (padding after it is filler)
-                n_tok = row.index(eos) + 1 if eos in row else len(row)
-                text = tokenizer.decode(row[:n_tok], skip_special_tokens=True)
-                text, stopped = _cut_at_stop(text, params.stop)
-                finish = "stop" if (stopped or eos in row[:n_tok] or n_tok < params.max_tokens) else "length"
-                out[i] = Completion(text, lengths[i], n_tok, finish, latency)
-    finally:
-        tokenizer.padding_side = pad_side
+    for b in range(0, len(order), batch_size):
+        idx = order[b:b + batch_size]
+        t0 = time.perf_counter()
+        new = generate_rows(model, [ids[i] for i in idx], [requests[i].seed for i in idx], params,
+                            tokenizer.pad_token_id, eos, device, static, batch_size, tokenizer)
+        latency = (time.perf_counter() - t0) / len(idx)
+        for row, i in zip(new, idx):
+            # generated tokens up to and including the first eos (padding after it is filler)
+            n_tok = row.index(eos) + 1 if eos in row else len(row)
+            text = tokenizer.decode(row[:n_tok], skip_special_tokens=True)
+            text, stopped = _cut_at_stop(text, params.stop)
+            finish = "stop" if (stopped or eos in row[:n_tok] or n_tok < params.max_tokens) else "length"
+            out[i] = Completion(text, len(ids[i]), n_tok, finish, latency)
     return out  # type: ignore[return-value]
 
 

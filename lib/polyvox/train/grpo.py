@@ -89,6 +89,9 @@ class RLConfig:
     # another reward than the study's: (completion, problem) -> (reward, correct, format_valid);
     # e.g. Part III's 0.35 × final correctness + 0.65 × step judge. None: :func:`reward`.
     reward_fn: Callable | None = None
+    # generation through a refreshed inference copy on the static-cache, compiled path
+    # (polyvox.train.fastgen); None: on CUDA only. False: TRL's own generation (the baseline).
+    fast_generation: bool | None = None
 
 
 def reward(arm: str, completion: str, gold: str, tag_coef: float = 0.2, grader: str = "integer") -> tuple[float, bool, bool]:
@@ -197,6 +200,9 @@ def _train(cfg: RLConfig, progress: bool = True) -> Path:
                 rec = {"stage": stage.name, "step": step, "time_s": round(time.time() - t_start, 2)}
                 if stash:
                     rec.update(stash[-1])
+                timing = getattr(trainer, "polyvox_timing", None)
+                if timing:  # cumulative seconds in the fast path's refresh and generation
+                    rec.update({f"fastgen_{k}": round(v, 3) if isinstance(v, float) else v for k, v in timing.items()})
                 append_jsonl(out / "train_log.jsonl", [rec])
                 if cfg.heldout and state.global_step % cfg.eval_every == 0:
                     _heldout(model, step)
@@ -218,8 +224,15 @@ def _train(cfg: RLConfig, progress: bool = True) -> Path:
             gradient_accumulation_steps=cfg.gradient_accumulation_steps, use_vllm=cfg.use_vllm,
             vllm_mode=cfg.vllm_mode, vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
         )
-        trainer = GRPOTrainer(model=model, reward_funcs=reward_fn, args=args, train_dataset=dataset,
-                              processing_class=tok, peft_config=peft_config, callbacks=[Logger()])
+        fast = cfg.fast_generation if cfg.fast_generation is not None else device == "cuda"
+        trainer_class = GRPOTrainer
+        if fast and not cfg.use_vllm:
+            from .fastgen import fast_trainer_class
+
+            trainer_class = fast_trainer_class()
+            trainer_class.polyvox_model_path, trainer_class.polyvox_seed = cfg.model, cfg.seed
+        trainer = trainer_class(model=model, reward_funcs=reward_fn, args=args, train_dataset=dataset,
+                                processing_class=tok, peft_config=peft_config, callbacks=[Logger()])
         if global_step == 0 and cfg.heldout and not (out / "heldout_trajectory.jsonl").exists():
             _heldout(trainer.model, 0)
         trainer.train()

@@ -1,21 +1,27 @@
 """The miniature replication, stage by stage: models → panel RL → evaluations → bands → hill-climbs.
 
-Each stage writes into ``<out>/<stage>/`` and can be run alone
-(``polyvox world run --stages STAGE --out DIR --scale SCALE``); ``run`` takes them in
-order and skips a stage whose manifest says complete under the same settings (a stage
-folder holding another scale's run is refused). Scales are YAML files,
-``configs/world/<scale>.yaml`` (``smoke``: CPU, a minute, checks the plumbing, numbers
-mean nothing; ``h200``: the recorded runs), read by :func:`load_scale` for both the
-command and the chapter.
+Layout of ``<out>`` (one folder per stage, each with a manifest holding its settings):
+- ``models/``: tiny-base and tiny-think, trained once (seed ``models.seed`` of the scale);
+- ``seed-<k>/panel-rl/``: tiny-panel, LoRA GRPO from tiny-base, RL seed k;
+- ``seed-<k>/eval/cap-<c>/<system>/``: tiny-panel and tiny-think on the same test problems at
+  token cap c — every cap of ``eval.caps`` for the seeds in ``eval.sweep_seeds``, the first
+  cap for the others (the cap sweep measures what the cap does instead of assuming it);
+- ``bands/<arm>/``: G samples per pool problem for both arms, from the first seed's
+  easy-stage adapter (panel) and tiny-think; ``per_problem.jsonl`` in the published schema;
+- ``seed-<k>/hillclimb-<arm>/``: RL seed k on the arm's own band, from one fixed starting
+  point (the first seed's easy adapter / tiny-think), so seeds vary the RL run alone.
 
-Sampling and grading go through the one run path (:func:`polyvox.runs.sample` /
-:func:`polyvox.runs.grade`, task ``world``, grader ``integer``), so every sample
-folder is resumable and its manifest carries its settings. Records:
-- ``eval/<system>/`` a run folder (rollouts.jsonl, graded.jsonl, manifest.json),
-- ``bands/<arm>/samples/`` a run folder; ``bands/<arm>/per_problem.jsonl`` (uid, source,
-  n_samples, n_correct, band, in the published schema) and ``summary.json``,
-- ``panel-rl/`` and ``hillclimb-<arm>/``: :func:`polyvox.train.grpo.train` output
-  (train_log.jsonl, heldout_trajectory.jsonl, adapters, manifest with the config).
+Problem sets do not depend on the RL seed: every seed is evaluated on the same held-out,
+test and pool problems (generated with the scale's ``problems_seed``), which are
+arithmetic-disjoint from every training set (:func:`~.problems.expression_split`).
+
+``run`` goes seed by seed (models, then for each seed: panel RL, evaluation, bands on the
+first seed, hill-climbs), skipping a stage whose manifest says complete under the same
+settings and refusing a folder that holds another scale's run. Scales are YAML files,
+``configs/world/<scale>.yaml`` (``smoke``: CPU, a minute, checks the plumbing, numbers
+mean nothing; ``h200``: the recorded runs), read by :func:`load_scale` for both the command
+and the chapter. Sampling and grading go through the one run path
+(:func:`polyvox.runs.sample` / :func:`polyvox.runs.grade`, task ``world``, grader ``integer``).
 """
 from __future__ import annotations
 
@@ -45,10 +51,14 @@ def load_scale(scale: str | Path) -> dict:
         names = sorted(p.stem for p in SCALE_DIR.glob("*.yaml"))
         raise ValueError(f"unknown world scale {scale!r}; scales: {', '.join(names)} (or a path to a YAML file)")
     data = yaml.safe_load(path.read_text())
-    expected = {"models", "rl", "sampling", "eval", "bands"}
+    expected = {"models", "rl", "sampling", "eval", "bands", "seeds", "problems_seed"}
     if not isinstance(data, dict) or set(data) != expected:
         raise ValueError(f"{path}: expected the sections {', '.join(sorted(expected))}")
     return {"name": path.stem, **data}
+
+
+def _seed_dir(out: Path, seed: int) -> Path:
+    return out / f"seed-{seed}"
 
 
 def _world(levels, per_level: int, seed: int, split: str) -> dict:
@@ -75,15 +85,15 @@ def build_models(out: Path, s: dict, seed: int = 0) -> None:
     from .models import build
 
     m = s["models"]
-    build(out / "models", seed=seed, n_per_level=m["n_per_level"], hidden=m["hidden"], layers=m["layers"],
+    build(out / "models", seed=m["seed"], n_per_level=m["n_per_level"], hidden=m["hidden"], layers=m["layers"],
           vocab_size=m["vocab"], seq_len=m["seq_len"], batch=m["batch"], base_steps=m["base_steps"],
           think_steps=m["think_steps"])
 
 
-def _rl_config(out: Path, s: dict, seed: int, arm: str, folder: str, stages, heldout, init=None) -> grpo.RLConfig:
+def _rl_config(out: Path, s: dict, seed: int, arm: str, folder: Path, stages, heldout, init=None) -> grpo.RLConfig:
     r = s["rl"]
     model = out / "models" / ("tiny-base" if arm == "panel" else "tiny-think")
-    return grpo.RLConfig(model=str(model), arm=arm, out=str(out / folder), init_adapter=str(init) if init else None,
+    return grpo.RLConfig(model=str(model), arm=arm, out=str(folder), init_adapter=str(init) if init else None,
                          stages=stages, lora_rank=r["lora_rank"], lora_alpha=2 * r["lora_rank"], group_size=r["group"],
                          prompts_per_step=r["prompts"], max_completion_length=s["sampling"]["max_tokens"],
                          eval_every=r["eval_every"], heldout=heldout, heldout_samples=r["heldout_samples"],
@@ -92,48 +102,56 @@ def _rl_config(out: Path, s: dict, seed: int, arm: str, folder: str, stages, hel
 
 def panel_rl(out: Path, s: dict, seed: int = 0) -> None:
     """tiny-panel: LoRA GRPO from tiny-base on the raw panel prompt, easy stage then hard stage."""
-    n = s["models"]["n_per_level"] // 10
-    easy = load_task("world", **_world((1, 2), n, seed + 10, "train"))
-    hard = load_task("world", **_world((3, 4, 5), n, seed + 11, "train"))
-    heldout = load_task("world", **_world((1, 2, 3, 4, 5), s["rl"]["heldout_per_level"], seed + 12, "test"))
+    n, ps = s["models"]["n_per_level"] // 10, s["problems_seed"]
+    easy = load_task("world", **_world((1, 2), n, ps + 10, "train"))
+    hard = load_task("world", **_world((3, 4, 5), n, ps + 11, "train"))
+    heldout = load_task("world", **_world((1, 2, 3, 4, 5), s["rl"]["heldout_per_level"], ps + 12, "test"))
     steps = s["rl"]["stage_steps"]
-    grpo.train(_rl_config(out, s, seed, "panel", "panel-rl",
+    grpo.train(_rl_config(out, s, seed, "panel", _seed_dir(out, seed) / "panel-rl",
                           [grpo.Stage("easy", easy, steps[0]), grpo.Stage("hard", hard, steps[1])], heldout))
 
 
 # the systems as sampled: (model folder, adapter folder or None, format)
-def _systems(out: Path) -> dict:
-    return {"panel": (out / "models/tiny-base", out / "panel-rl/hard/adapter", "panel"),
+def _systems(out: Path, seed: int) -> dict:
+    rl = _seed_dir(out, seed) / "panel-rl"
+    return {"panel": (out / "models/tiny-base", rl / "hard/adapter", "panel"),
             "think": (out / "models/tiny-think", None, "think"),
-            "panel-easy": (out / "models/tiny-base", out / "panel-rl/easy/adapter", "panel")}
+            "panel-easy": (out / "models/tiny-base", rl / "easy/adapter", "panel")}
 
 
-def _sample_and_grade(system, folder: Path, s: dict, world: dict, n: int, seed: int) -> None:
+def _sample_and_grade(system, folder: Path, s: dict, world: dict, n: int, seed: int, max_tokens: int) -> None:
     model, adapter, fmt = system
     sp = s["sampling"]
     backend = BackendSpec("transformers", str(model), str(adapter) if adapter else None,
                           {"batch_size": sp["batch_size"], "dtype": sp["dtype"]})
-    runs.sample(folder, "world", fmt, backend, n, SamplingParams(sp["max_tokens"], 1.0), seed=seed,
+    runs.sample(folder, "world", fmt, backend, n, SamplingParams(max_tokens, 1.0), seed=seed,
                 task_options=world, chunk=sp["batch_size"], progress=True)
     runs.grade(folder)
 
 
+def eval_caps(s: dict, seed: int) -> list[int]:
+    caps = s["eval"]["caps"]
+    return list(caps) if seed in s["eval"]["sweep_seeds"] else list(caps[:1])
+
+
 def evaluate(out: Path, s: dict, seed: int = 0) -> None:
-    """tiny-panel (panel prompt) and tiny-think (chat, thinking) on the same test problems, n samples each."""
-    world = _world(EVAL_LEVELS, s["eval"]["per_level"], seed + 20, "test")
-    systems = _systems(out)
-    for name, system in (("tiny-panel", systems["panel"]), ("tiny-think", systems["think"])):
-        _sample_and_grade(system, out / "eval" / name, s, world, s["eval"]["n"], seed)
+    """tiny-panel (panel prompt) and tiny-think (chat, thinking) on the same test problems at each cap."""
+    world = _world(EVAL_LEVELS, s["eval"]["per_level"], s["problems_seed"] + 20, "test")
+    systems = _systems(out, seed)
+    for cap in eval_caps(s, seed):
+        for name, system in (("tiny-panel", systems["panel"]), ("tiny-think", systems["think"])):
+            _sample_and_grade(system, _seed_dir(out, seed) / "eval" / f"cap-{cap}" / name, s, world,
+                              s["eval"]["n"], seed, cap)
 
 
 def bands(out: Path, s: dict, seed: int = 0) -> None:
     """G samples per pool problem for both arms; per-problem bands in the published schema."""
-    world = _world(POOL_LEVELS, s["bands"]["pool_per_level"], seed + 30, "train")
+    world = _world(POOL_LEVELS, s["bands"]["pool_per_level"], s["problems_seed"] + 30, "train")
     group = s["bands"]["group"]
-    systems = _systems(out)
+    systems = _systems(out, s["seeds"][0])
     for arm, system in (("panel", systems["panel-easy"]), ("think", systems["think"])):
         folder = out / "bands" / arm
-        _sample_and_grade(system, folder / "samples", s, world, group, seed)
+        _sample_and_grade(system, folder / "samples", s, world, group, seed, s["sampling"]["max_tokens"])
         counts = runs.per_problem_counts(folder / "samples")
         rows = [{"uid": r.id, "source": f"level-{r.level}", "n_samples": int(r.n_samples),
                  "n_correct": int(r.n_correct), "band": metrics.variance_band(int(r.n_correct), int(r.n_samples))}
@@ -154,7 +172,8 @@ def band_ids(out: Path, arm: str) -> list[str]:
 
 def hillclimb(out: Path, s: dict, arm: str, seed: int = 0) -> None:
     """RL on the arm's own variance band; held-out hill-climb every eval_every steps."""
-    pool = {p.id: p for p in load_task("world", **_world(POOL_LEVELS, s["bands"]["pool_per_level"], seed + 30, "train"))}
+    ps = s["problems_seed"]
+    pool = {p.id: p for p in load_task("world", **_world(POOL_LEVELS, s["bands"]["pool_per_level"], ps + 30, "train"))}
     ids = band_ids(out, arm)
     unknown = [i for i in ids if i not in pool]
     if unknown:
@@ -165,42 +184,59 @@ def hillclimb(out: Path, s: dict, arm: str, seed: int = 0) -> None:
         if s["name"] != "smoke":
             raise RuntimeError(f"{arm}: empty variance band; nothing to train on")
         ids, fallback = list(pool), True  # smoke runs check plumbing: random models have no band
-    heldout = load_task("world", **_world(POOL_LEVELS, s["rl"]["heldout_per_level"], seed + 40, "test"))
-    init = out / "panel-rl/easy/adapter" if arm == "panel" else None
-    grpo.train(_rl_config(out, s, seed, arm, f"hillclimb-{arm}",
+    heldout = load_task("world", **_world(POOL_LEVELS, s["rl"]["heldout_per_level"], ps + 40, "test"))
+    init = _seed_dir(out, s["seeds"][0]) / "panel-rl/easy/adapter" if arm == "panel" else None
+    folder = _seed_dir(out, seed) / f"hillclimb-{arm}"
+    grpo.train(_rl_config(out, s, seed, arm, folder,
                           [grpo.Stage("band", [pool[i] for i in ids], s["rl"]["climb_steps"])], heldout, init))
     if fallback:
-        (out / f"hillclimb-{arm}" / "SMOKE_BAND_WAS_EMPTY").write_text("trained on the whole pool\n")
+        (folder / "SMOKE_BAND_WAS_EMPTY").write_text("trained on the whole pool\n")
 
 
-# stage -> (function, the scale sections its outputs depend on)
+# stage -> (function, the scale sections its outputs depend on, one run per seed?)
 _STAGE_FNS = {
-    "models": (build_models, ("models",)),
-    "panel-rl": (panel_rl, ("models", "rl", "sampling")),
-    "eval": (evaluate, ("models", "rl", "sampling", "eval")),
-    "bands": (bands, ("models", "rl", "sampling", "bands")),
-    "hillclimb-panel": (lambda o, s, seed: hillclimb(o, s, "panel", seed), ("models", "rl", "sampling", "bands")),
-    "hillclimb-think": (lambda o, s, seed: hillclimb(o, s, "think", seed), ("models", "rl", "sampling", "bands")),
+    "models": (build_models, ("models",), False),
+    "panel-rl": (panel_rl, ("models", "rl", "sampling", "problems_seed"), True),
+    "eval": (evaluate, ("models", "rl", "sampling", "eval", "problems_seed"), True),
+    "bands": (bands, ("models", "rl", "sampling", "bands", "problems_seed"), False),
+    "hillclimb-panel": (lambda o, s, seed: hillclimb(o, s, "panel", seed),
+                        ("models", "rl", "sampling", "bands", "problems_seed"), True),
+    "hillclimb-think": (lambda o, s, seed: hillclimb(o, s, "think", seed),
+                        ("models", "rl", "sampling", "bands", "problems_seed"), True),
 }
 
 
-def run(out: str | Path, scale: str | Path = "smoke", stages=STAGES, seed: int = 0) -> Path:
-    """Run the stages in order into out/, skipping those already complete with the same settings."""
+def stage_folder(out: Path, stage: str, seed: int) -> Path:
+    return _seed_dir(out, seed) / stage if _STAGE_FNS[stage][2] else out / stage
+
+
+def run(out: str | Path, scale: str | Path = "smoke", stages=STAGES, seeds=None) -> Path:
+    """Run the stages into out/, seed by seed, skipping those already complete with the same settings."""
     out = Path(out)
     s = load_scale(scale)
     unknown = [st for st in stages if st not in _STAGE_FNS]
     if unknown:
         raise ValueError(f"unknown stage(s) {', '.join(unknown)}; stages: {', '.join(STAGES)}")
+    seeds = list(seeds) if seeds is not None else list(s["seeds"])
+    bad = [x for x in seeds if x not in s["seeds"]]
+    if bad:
+        raise ValueError(f"seed(s) {bad} are not in the scale's seeds {s['seeds']}")
+    order = [("models", seeds[0])] if "models" in stages else []
+    for k in seeds:  # seed by seed, so that an interrupted run leaves whole seeds behind
+        order += [(st, k) for st in ("panel-rl", "eval") if st in stages]
+        if k == seeds[0] and "bands" in stages:
+            order.append(("bands", k))
+        order += [(st, k) for st in ("hillclimb-panel", "hillclimb-think") if st in stages]
     with RunLock(out):
-        for stage in stages:
+        for stage, seed in order:
             _run_stage(out, s, seed, stage)
     return out
 
 
 def _run_stage(out: Path, s: dict, seed: int, stage: str) -> None:
-    fn, sections = _STAGE_FNS[stage]
-    settings = _stage_settings(s, seed, *sections)
-    folder = out / stage
+    fn, sections, per_seed = _STAGE_FNS[stage]
+    settings = _stage_settings(s, seed if per_seed else None, *sections)
+    folder = stage_folder(out, stage, seed)
     if _begin(folder, settings):
         return
     started = now_iso()

@@ -4,9 +4,11 @@ A problem is a chain of operations on one quantity ("A crate holds 12 pears. 5 m
 are put in. The amount is tripled. …"), built so every intermediate value is a
 positive integer; its expression is evaluated with Python to check the answer.
 Difficulty: level 1–5 = 1–5 operations with growing operands; the "olympiad" tier
-has 6–8 operations and larger operands. Train and test splits are disjoint by
-construction: a problem's split is a hash of its text (20% test), and texts are
-unique within a generated set.
+has 6–8 operations and larger operands. Train and test splits are disjoint at the level
+of the arithmetic, not only the text: a problem's split is a hash of its *expression*
+(start value, operators and operands — 20% test), so two problems that differ only in
+their nouns ("pears in a crate" vs "coins in a jar") always fall in the same split.
+Texts are unique within a generated set.
 
 Three solution styles, from the same worked steps:
 - ``plain``: one line per step, then "The answer is N.";
@@ -117,9 +119,14 @@ def _make(rng: random.Random, level) -> WorldProblem:
         raise AssertionError(f"world: expression {expr} = {answer}, steps gave {value}")
     text = (f"{holder} holds {start} {item}. " + " ".join(s.text(item) for s in steps)
             + f" How many {item} are there now?")
-    split = "test" if int(hashlib.sha256(text.encode()).hexdigest(), 16) % 5 == 0 else "train"
+    split = expression_split(expr)
     pid = f"w{level}-" + hashlib.sha256(text.encode()).hexdigest()[:10]
     return WorldProblem(pid, level, start, item, holder, steps, text, answer, expr, split)
+
+
+def expression_split(expr: str) -> str:
+    """'test' for 20% of expressions, by hash: every wording of one calculation shares its split."""
+    return "test" if int(hashlib.sha256(expr.encode()).hexdigest(), 16) % 5 == 0 else "train"
 
 
 def generate(n_per_level: int, seed: int = 0, levels=LEVELS, split: str | None = None) -> list[WorldProblem]:

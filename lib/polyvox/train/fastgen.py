@@ -1,0 +1,102 @@
+"""GRPO generation on the fast path: a colocated inference copy of the policy, refreshed each step.
+
+TRL's ``GRPOTrainer`` generates with the training model through ``generate`` with
+``disable_compile=True``, so even ``cache_implementation="static"`` runs uncompiled. As
+TRL's own vLLM "colocate" mode does with a vLLM engine, polyvox keeps a second,
+plain (non-PEFT) copy of the model in the generation dtype and, whenever the training
+step has changed, writes into it the policy's merged weights — ``W + scale·B·A`` for
+every LoRA module, from PEFT's own ``get_delta_weight`` — then generates on it with
+:func:`polyvox.backends.hf.generate_rows` (static KV cache, compiled decode on CUDA,
+per-row seeds). The copy's weights are updated in place, so the compiled decode step is
+reused across steps.
+
+Departure from the policy: the copy runs in bf16 on GPU while the policy trains in fp32
+under bf16 autocast, so sampling probabilities differ from the policy's by rounding, as
+with vLLM generation; the loss uses the policy's own log-probabilities
+(``num_iterations = 1``). :func:`refresh` is tested to give the policy's logits exactly
+in fp32.
+"""
+from __future__ import annotations
+
+import hashlib
+
+
+def refresh(policy, copy) -> int:
+    """Write base + merged LoRA deltas of ``policy`` (a PEFT model) into ``copy``; returns modules written."""
+    import torch
+    from peft.tuners.lora import LoraLayer
+
+    params = dict(copy.named_parameters())
+    written = 0
+    with torch.no_grad():
+        for name, module in policy.named_modules():
+            if not isinstance(module, LoraLayer):
+                continue
+            key = name.removeprefix("base_model.model.") + ".weight"
+            weight = module.get_base_layer().weight
+            for adapter in module.active_adapters:
+                if adapter in module.lora_A:
+                    weight = weight + module.get_delta_weight(adapter)
+            params[key].copy_(weight.to(params[key].dtype))
+            written += 1
+    return written
+
+
+def step_seed(seed: int, step: int, index: int) -> int:
+    h = hashlib.sha256(f"grpo|{seed}|{step}|{index}".encode()).digest()
+    return int.from_bytes(h[:4], "little") & 0x7FFFFFFF
+
+
+def fast_trainer_class():
+    """A GRPOTrainer whose generation goes through the refreshed inference copy (built lazily: TRL is heavy)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from trl import GRPOTrainer
+
+    from ..backends.base import SamplingParams
+    from ..backends.hf import generate_rows
+
+    class FastGRPOTrainer(GRPOTrainer):
+        polyvox_model_path: str = ""
+        polyvox_seed: int = 0
+        polyvox_timing: dict
+
+        def _polyvox_copy(self):
+            if getattr(self, "_pv_copy", None) is None:
+                device = self.accelerator.device
+                dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+                self._pv_copy = AutoModelForCausalLM.from_pretrained(self.polyvox_model_path, dtype=dtype).to(device)
+                self._pv_copy.eval()
+                self._pv_step = None
+                self.polyvox_timing = {"refresh_s": 0.0, "generate_s": 0.0, "tokens": 0, "calls": 0}
+            return self._pv_copy
+
+        def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
+                                  has_tool_images=False):
+            import time
+
+            copy = self._polyvox_copy()
+            t0 = time.perf_counter()
+            if self._pv_step != self.state.global_step:
+                refresh(self.model, copy)
+                self._pv_step = self.state.global_step
+            t1 = time.perf_counter()
+            params = SamplingParams(self.max_completion_length, self.temperature, self.top_p or 1.0)
+            seeds = [step_seed(self.polyvox_seed, self.state.global_step, i) for i in range(len(prompt_ids))]
+            eos = self.eos_token_ids
+            rows = generate_rows(copy, [list(p) for p in prompt_ids], seeds, params, self._tokenizer.pad_token_id,
+                                 eos, str(self.accelerator.device), static=self.accelerator.device.type == "cuda",
+                                 batch_size=len(prompt_ids))
+            eos_set = set(eos if isinstance(eos, (list, tuple)) else [eos])
+            completions = []
+            for row in rows:
+                cut = next((k + 1 for k, t in enumerate(row) if t in eos_set), len(row))
+                completions.append(row[:cut])
+            t2 = time.perf_counter()
+            self.polyvox_timing["refresh_s"] += t1 - t0
+            self.polyvox_timing["generate_s"] += t2 - t1
+            self.polyvox_timing["tokens"] += sum(len(c) for c in completions)
+            self.polyvox_timing["calls"] += 1
+            return completions, None
+
+    return FastGRPOTrainer
