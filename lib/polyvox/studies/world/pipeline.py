@@ -35,6 +35,7 @@ from ...backends import BackendSpec, SamplingParams
 from ...records import RecordError, RunLock, append_jsonl, now_iso, read_json, read_jsonl, write_manifest
 from ...tasks import load as load_task
 from ...train import grpo
+from . import problems as _problems  # noqa: F401 - registers the "world" task even without entry points
 
 EVAL_LEVELS = (1, 2, 3, 4, 5, "olympiad")
 POOL_LEVELS = (3, 4, 5, "olympiad")
