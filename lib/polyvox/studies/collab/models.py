@@ -7,10 +7,12 @@
   counts stand roughly as the study's 1.7 : 4 : 8 : 14. Each is trained on chat-formatted
   solo solutions (:func:`.traces.solo`), loss on the assistant turn only — the stand-in
   for an instruction-tuned Qwen3 that has never seen the protocol.
-- Protocol distillation (PD): a LoRA adapter per agent (all linear layers), SFT on that
-  agent's turns of the coordination traces (:func:`.traces.sft_examples`), loss on the
-  turn only; ``homo``: one adapter on ``mid`` trained on all three roles' turns (the
-  prompt names the role), for the homogeneous pool.
+- Protocol distillation (PD): SFT of each agent on its turns of the coordination traces
+  (:func:`.traces.sft_examples`), loss on the turn only — a LoRA adapter (``mode: lora``,
+  all linear layers) or a full fine-tune (``mode: full``; the recorded cpu run, because a
+  rank-8 LoRA plateaued at a loss near 2.2 and never learned the action tag in its first
+  attempt); ``homo``: ``mid`` trained on all three roles' turns (the prompt names the
+  role), for the homogeneous pool.
 Training: :func:`polyvox.train.pretrain.train_loop` (AdamW, warm-up then cosine), seeded.
 Saved with ``save_pretrained`` (safetensors; base models in bf16) with a ``card.json``.
 """
@@ -103,8 +105,9 @@ def train_base(out: Path, name: str, spec: dict, tok, pairs, seq_len: int, batch
 
 
 def train_pd(base_dir: Path, out_dir: Path, pairs, seq_len: int, batch: int, steps: int, lr: float, rank: int,
-             seed: int, progress: bool = False) -> dict:
-    """LoRA SFT of one agent on its trace turns; saves the adapter (safetensors) and a card."""
+             seed: int, progress: bool = False, mode: str = "lora") -> dict:
+    """SFT of one agent on its trace turns: a LoRA adapter (``mode="lora"``) or a full fine-tune
+    (``mode="full"``, saved as a model folder in bf16); writes a card."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -112,17 +115,22 @@ def train_pd(base_dir: Path, out_dir: Path, pairs, seq_len: int, batch: int, ste
     torch.manual_seed(seed)
     tok = AutoTokenizer.from_pretrained(base_dir)
     model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
-    model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0,
-                                             target_modules="all-linear", task_type="CAUSAL_LM"))
+    if mode == "lora":
+        model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0,
+                                                 target_modules="all-linear", task_type="CAUSAL_LM"))
     log: list = []
     t0 = time.time()
     rows = chat_rows(tok, pairs, seq_len)
     random.Random(seed).shuffle(rows)
     train_loop(model, batcher(rows, batch, tok.pad_token_id, seed), steps, lr, "cpu", log, out_dir.name, progress)
-    model.save_pretrained(out_dir, safe_serialization=True)
-    card = {"base": base_dir.name, "rank": rank, "steps": steps, "batch": batch, "lr": lr, "examples": len(rows),
+    if mode == "lora":
+        model.save_pretrained(out_dir, safe_serialization=True)
+    else:
+        save(model, tok, out_dir)
+    card = {"base": base_dir.name, "mode": mode, "rank": rank if mode == "lora" else None, "steps": steps, "batch": batch, "lr": lr, "examples": len(rows),
             "seconds": round(time.time() - t0, 1), "final_loss": log[-1]["loss"], "loss_log": log,
-            "stage": "protocol distillation: LoRA SFT on this agent's coordination-trace turns"}
+            "stage": f"protocol distillation: {'LoRA SFT' if mode == 'lora' else 'full fine-tune'} on this agent's "
+                     "coordination-trace turns"}
     (out_dir / "card.json").write_text(json.dumps(card, indent=1) + "\n")
     return card
 

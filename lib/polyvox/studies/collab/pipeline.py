@@ -106,10 +106,10 @@ def stage_pd(out: Path, s: dict, models: Path) -> None:
     ex = sft_examples(problems(s, "train"), seed=s["data"]["seed"], slip=p["slip"])
     for i, a in enumerate(AGENTS):
         train_pd(models / a, out / a, ex[a], s["models"]["seq_len"], p["batch"], p["steps"], p["lr"], p["rank"],
-                 s["data"]["seed"] + i)
+                 s["data"]["seed"] + i, mode=p.get("mode", "lora"))
     every = [pair for a in AGENTS for pair in ex[a]]
     train_pd(models / "mid", out / "homo", every, s["models"]["seq_len"], p["batch"], p["steps"], p["lr"],
-             p["rank"], s["data"]["seed"] + 7)
+             p["rank"], s["data"]["seed"] + 7, mode=p.get("mode", "lora"))
 
 
 def rl_problems(s: dict, agent: str, n: int) -> list[Problem]:
@@ -133,8 +133,11 @@ def stage_rl(out: Path, s: dict, models: Path, pd: Path) -> None:
     from .judge import pyramid_reward
 
     r = s["rl"]
+    full = s["pd"].get("mode", "lora") == "full"
     for a in AGENTS:
-        cfg = grpo.RLConfig(model=str(models / a), arm="think", out=str(out / a), init_adapter=str(pd / a),
+        # from the PD adapter on the base model, or a fresh LoRA on the fully fine-tuned PD model
+        cfg = grpo.RLConfig(model=str(pd / a if full else models / a), arm="think", out=str(out / a),
+                            init_adapter=None if full else str(pd / a),
                             stages=[grpo.Stage("pyramid", rl_problems(s, a, r["problems"]), r["steps"])],
                             lora_rank=s["pd"]["rank"], lora_alpha=2 * s["pd"]["rank"], group_size=r["group"],
                             prompts_per_step=r["prompts"], max_completion_length=r["max_tokens"],
@@ -184,8 +187,13 @@ def solo_run(out: Path, probs: list[Problem], name: str, backend, params: Sampli
     return out
 
 
-def eval_systems(models: Path, pd: Path, rl: Path) -> dict:
+def eval_systems(models: Path, pd: Path, rl: Path, full: bool = False) -> dict:
     """CL systems: agent name → (model folder, adapter folder or None)."""
+    if full:  # PD fine-tuned whole models; RL adapters on top of them
+        return {"cl-base": {a: (models / a, None) for a in AGENTS},
+                "cl-pd": {a: (pd / a, None) for a in AGENTS},
+                "cl": {a: (pd / a, rl / a / "pyramid" / "adapter") for a in AGENTS},
+                "homo": {a: (pd / "homo", None) for a in AGENTS}}
     return {"cl-base": {a: (models / a, None) for a in AGENTS},
             "cl-pd": {a: (models / a, pd / a) for a in AGENTS},
             "cl": {a: (models / a, rl / a / "pyramid" / "adapter") for a in AGENTS},
@@ -217,7 +225,8 @@ def stage_eval(out: Path, s: dict, models: Path, pd: Path, rl: Path, only: list[
             continue
         solo_run(out / f"sample-{m}", test, m, solo_backend(m),
                  SamplingParams(e["max_tokens"], e["cascade_temperature"]), settings, seed=1)
-    systems = ({k: v for k, v in served.items() if k != "solo"} if served else eval_systems(models, pd, rl))
+    systems = ({k: v for k, v in served.items() if k != "solo"} if served
+               else eval_systems(models, pd, rl, s["pd"].get("mode", "lora") == "full"))
     for system, spec in systems.items():
         if only and system not in only:
             continue
