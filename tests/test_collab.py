@@ -230,3 +230,24 @@ def test_dead_endpoint_is_one_line_naming_the_agent():
         sc.run_all([q()])
     msg = str(err.value)
     assert "\n" not in msg and msg.startswith(f"agent mid (http://127.0.0.1:{port}) failed after retries")
+
+
+def test_shipped_records_recompute(root):
+    """The recorded cpu run: every trajectory parses, costs recompute from its turns, and the
+    pool's cost weights come from the shipped models' parameter counts."""
+    from polyvox.studies.collab import analysis
+
+    runs = analysis.load(root / "data/runs/collab-cpu/eval")
+    weights = analysis.cost_weights(root / "data/models/collab-cpu")
+    assert set(weights) == {"small", "mid", "big", "large"} and weights["small"] < weights["mid"] < weights["big"] < weights["large"]
+    assert {"solo-small", "solo-large", "cl", "cl-pd", "cl-base", "homo", "sample-small", "sample-mid"} <= set(runs)
+    ids = [r["id"] for r in runs["cl"]]
+    for name, recs in runs.items():
+        assert [r["id"] for r in recs] == ids, name  # every system answered the same questions, once each
+        for r in recs:
+            c = cost.question_cost(r, weights)
+            assert c["calls"] == r["n_turns"] == len(r["turns"]) <= 12
+            want = sum(weights[t["agent"]] * t["completion_tokens"] for t in r["turns"]) / sum(weights.values())
+            assert c["weighted_tokens"] == pytest.approx(want)
+    derived = analysis.derived_systems(runs)
+    assert all(len(derived[k]) == len(ids) for k in ("vote", "cascade"))
