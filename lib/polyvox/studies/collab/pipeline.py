@@ -14,9 +14,11 @@ miniature PD/RL functions take Hugging Face model paths unchanged).
 
 Stages
 - ``models``: tokenizer and the four base models (:mod:`.models`);
-- ``pd``: protocol distillation, a LoRA adapter per agent plus ``homo`` (:mod:`.models`);
-- ``rl``: pyramid supervision, GRPO (:func:`polyvox.train.grpo.train`) from each agent's PD
-  adapter on the states it meets in the traces, reward 0.35 × correct + 0.65 × step judge
+- ``pd``: protocol distillation per agent plus ``homo`` (:mod:`.models`): a LoRA adapter
+  (``pd.mode: lora``, the default) or a full fine-tune (``pd.mode: full``, the recorded cpu run);
+- ``rl``: pyramid supervision, GRPO (:func:`polyvox.train.grpo.train`) with a LoRA adapter —
+  continuing the PD adapter, or fresh on the fully fine-tuned PD model — on the states each
+  agent meets in the traces, reward 0.35 × correct + 0.65 × step judge
   (:func:`.judge.pyramid_reward` as ``RLConfig.reward_fn``);
 - ``eval``: on the test questions of both tasks, greedy: each single model alone
   (``solo-<m>``), small and mid sampled once more for the cascade's agreement check
