@@ -75,7 +75,7 @@ def test_shipped_models_load_and_generate_on_cpu(root):
     base = TransformersBackend(str(root / "data/models/tiny-base"))
     think = TransformersBackend(str(root / "data/models/tiny-think"))
     panel = TransformersBackend(str(root / "data/models/tiny-base"),
-                                adapter=str(root / "data/runs/world-panel-rl/hard/adapter"))
+                                adapter=str(root / "data/runs/world/seed-0/panel-rl/hard/adapter"))
     params = SamplingParams(max_tokens=200, temperature=0.0)
     [b] = base.generate([Request(formats.panel_prompt(p.text))], params)
     [t] = think.generate([Request(formats.build_prompt("think", p.text, think.tokenizer).text)], params)
