@@ -42,7 +42,8 @@ def ws(tiny, root, tmp_path_factory):
     for name, text in (("m_list", "[1, 2]"), ("m_bad", "{not json")):
         shutil.copytree(w / "run", w / name)
         (w / name / "manifest.json").write_text(text)
-    shutil.copytree(root / "data/runs/world-eval/tiny-panel", w / "shipped")  # a manifest without settings
+    shutil.copytree(w / "run", w / "shipped")  # records under a manifest without settings, as older runs were
+    (w / "shipped/manifest.json").write_text(json.dumps({"status": "complete", "model": "tiny-base"}))
     (w / "file.txt").write_text("not a model\n")
     (w / "no_config").mkdir()
     (w / "no_config/weights.bin").write_text("x")

@@ -66,6 +66,8 @@ def test_grade_carries_problem_labels_and_counts_per_problem(backend, tmp_path, 
     runs.grade(out, data_dir=root / "data")
     df = runs.graded_samples(out)
     assert set(df.level) == {1, 2} and len(df) == 12
+    grading = json.loads((out / "manifest.json").read_text())["grading"]
+    assert grading["grader"] == "integer" and grading["options"]["gold_as"] == "latex" and grading["records"] == 12
     counts = runs.per_problem_counts(out)
     assert list(counts.columns[:3]) == ["id", "n_samples", "n_correct"] and (counts.n_samples == 3).all()
     assert counts.n_correct.sum() == int(df.correct.sum())

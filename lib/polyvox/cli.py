@@ -5,6 +5,10 @@
     polyvox sample --task T --format F --model M [--adapter A] --backend B --n N --out DIR ...
     polyvox merge SHARD_DIR ... --out DIR
     polyvox grade DIR
+    polyvox world run --out DIR [--scale smoke|h200] [--stages …] [--seeds …]
+    polyvox rl --config FILE.yaml
+    polyvox personas run --scale S --out DIR;  polyvox judge plan|run|tally …
+    polyvox collab run --scale S --out DIR
 
 Every error prints one line, ``polyvox: <what> (<where>)``, on stderr and exits 1
 (2 for a malformed command line); arguments are checked before any model loads or any
@@ -183,6 +187,13 @@ def build_parser() -> argparse.ArgumentParser:
     rlp = sub.add_parser("rl", help="GRPO with LoRA from a YAML config")
     rlp.add_argument("--config", required=True)
     rlp.set_defaults(func=_cmd_rl)
+
+    # the studies' own commands: judge plan|run|tally and personas run (Part II), collab run (Part III)
+    from .studies.collab.cli import add_commands as collab_commands
+    from .studies.personas.cli import add_commands as personas_commands
+
+    personas_commands(sub)
+    collab_commands(sub)
 
     return p
 

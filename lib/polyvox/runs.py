@@ -220,8 +220,9 @@ def grade(run: str | Path, data_dir="data", workers: int | None = None) -> Path:
         if s.key in seen:
             raise RecordError(run / ROLLOUTS, line, f"duplicate key {s.key}")
         seen.add(s.key)
+    options = grading.GradeOptions(**task.grade_options)
     grades = grading.grade_many(task.grader, [s.completion for s in samples],
-                                [problems[s.problem_id].gold for s in samples], workers=workers)
+                                [problems[s.problem_id].gold for s in samples], workers=workers, options=options)
     records = [GradedSample(**{**asdict(s), "metadata": {**_short_metadata(problems[s.problem_id].metadata),
                                                                   **s.metadata}},
                             correct=g.correct, extracted=g.extracted, grade_status=g.status)
@@ -231,6 +232,10 @@ def grade(run: str | Path, data_dir="data", workers: int | None = None) -> Path:
         tmp.unlink(missing_ok=True)
         append_jsonl(tmp, records)
         tmp.replace(run / GRADED)
+        manifest = read_manifest(run)
+        manifest["grading"] = {"grader": task.grader, "options": options.as_dict(), "graded": now_iso(),
+                               "records": len(records)}
+        write_manifest(run, **manifest)
     return run / GRADED
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -45,6 +45,7 @@ class Task:
     loader: Callable[..., list[Problem]]  # (data_dir, **options)
     grader: str  # a name in polyvox.grading.GRADERS
     levels: bool  # problems carry metadata["level"], so level= filters apply
+    grade_options: dict = field(default_factory=dict)  # polyvox.grading.GradeOptions fields for this task
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -54,11 +55,13 @@ class Task:
 TASKS: dict[str, Task] = {}
 
 
-def register_task(name: str, grader: str, levels: bool = False):
+def register_task(name: str, grader: str, levels: bool = False, grade_options: dict | None = None):
+    """Register a loader as task ``name``; ``grade_options`` are the task's comparison options
+    (``float_rounding``, ``allow_set_relation_comp``, ``gold_as``: see polyvox.grading.GradeOptions)."""
     def deco(fn):
         if name in TASKS:
             raise ValueError(f"task {name!r} is registered twice")
-        TASKS[name] = Task(name, fn, grader, levels)
+        TASKS[name] = Task(name, fn, grader, levels, dict(grade_options or {}))
         return fn
     return deco
 
