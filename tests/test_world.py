@@ -67,6 +67,7 @@ def test_reward_table(arm, completion, gold, expected):
     assert rl.reward(arm, completion, gold)[0] == pytest.approx(expected)
 
 
+@pytest.mark.slow
 def test_shipped_models_load_and_generate_on_cpu(root):
     from polyvox.backends import Request, SamplingParams
     from polyvox.backends.hf import TransformersBackend
