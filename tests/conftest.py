@@ -4,8 +4,14 @@ through the real ``from_pretrained`` path by every test that needs one.
 Tiers: ``make test-fast`` runs ``-m "not slow"``; a test is ``slow`` when it trains a model,
 starts a server or executes notebooks (whole modules mark themselves with ``pytestmark``).
 """
+import contextlib
 import os
+import signal
+import socket
+import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -44,3 +50,42 @@ def lora(tiny, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("lora")
     peft_model.save_pretrained(out)
     return out
+
+
+@contextlib.contextmanager
+def serve(model: Path, copies: int = 1, wait_s: float = 180):
+    """Real ``transformers serve`` processes of a model on 127.0.0.1; yields their base URLs.
+
+    Each runs in its own process group, stopped with SIGTERM (SIGKILL after 20 s).
+    """
+    exe = Path(sys.executable).parent / "transformers"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    procs, urls = [], []
+    try:
+        for _ in range(copies):
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = sock.getsockname()[1]
+            procs.append(subprocess.Popen([str(exe), "serve", str(model), "--host", "127.0.0.1", "--port", str(port),
+                                           "--device", "cpu"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                          env=env, start_new_session=True))
+            urls.append(f"http://127.0.0.1:{port}")
+        deadline = time.time() + wait_s
+        for url in urls:
+            while True:
+                try:
+                    if urllib.request.urlopen(f"{url}/health", timeout=2).status == 200:
+                        break
+                except OSError:
+                    if time.time() > deadline:
+                        pytest.fail(f"transformers serve at {url} did not come up")
+                    time.sleep(0.5)
+        yield urls
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+                p.wait(timeout=20)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)

@@ -2,15 +2,12 @@
 127.0.0.1, and the whole staged pipeline at smoke scale through `polyvox collab run`."""
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
+from conftest import serve
 
 from polyvox.backends import make_backend
 from polyvox.backends.base import SamplingParams
@@ -20,42 +17,10 @@ from polyvox.studies.collab.tasks import collab_qa, collab_world
 pytestmark = pytest.mark.slow
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def three_servers(tiny):
-    exe = Path(sys.executable).parent / "transformers"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    procs, urls = [], []
-    try:
-        for _ in range(3):
-            port = free_port()
-            procs.append(subprocess.Popen([str(exe), "serve", str(tiny), "--host", "127.0.0.1", "--port", str(port),
-                                           "--device", "cpu"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                          env=env, start_new_session=True))
-            urls.append(f"http://127.0.0.1:{port}")
-        deadline = time.time() + 180
-        for url in urls:
-            while True:
-                try:
-                    if urllib.request.urlopen(f"{url}/health", timeout=2).status == 200:
-                        break
-                except OSError:
-                    if time.time() > deadline:
-                        pytest.fail(f"transformers serve at {url} did not come up")
-                    time.sleep(0.5)
+    with serve(tiny, copies=3) as urls:
         yield urls, str(tiny)
-    finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-                p.wait(timeout=20)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                os.killpg(p.pid, signal.SIGKILL)
 
 
 def test_scheduler_against_three_real_servers(three_servers, tmp_path):

@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+from conftest import serve
 
 from polyvox import judge as J
 from polyvox.records import read_jsonl
@@ -186,34 +187,8 @@ def test_resume_after_a_real_kill(tmp_path, root):
 @pytest.fixture(scope="module")
 def served(tiny):
     """`transformers serve` with the tiny model on 127.0.0.1, stopped by its process group id."""
-    import socket
-    import urllib.request
-    from pathlib import Path
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    exe = Path(sys.executable).parent / "transformers"
-    proc = subprocess.Popen([str(exe), "serve", str(tiny), "--host", "127.0.0.1", "--port", str(port), "--device",
-                             "cpu"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1"}, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        try:
-            if urllib.request.urlopen(f"{url}/health", timeout=2).status == 200:
-                break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("transformers serve did not come up")
-    yield url, str(tiny)
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+    with serve(tiny) as (url,):
+        yield url, str(tiny)
 
 
 @pytest.mark.slow

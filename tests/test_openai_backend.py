@@ -7,55 +7,22 @@
 """
 import http.server
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
-import urllib.request
-from pathlib import Path
 
 import pytest
+from conftest import serve
 
 from polyvox.records import Sample, read_jsonl
 from polyvox.backends import Request, SamplingParams
 from polyvox.backends.openai import OpenAIBackend
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tiny):
-    model = tiny
-    port = free_port()
-    exe = Path(sys.executable).parent / "transformers"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([str(exe), "serve", str(model), "--host", "127.0.0.1", "--port", str(port),
-                             "--device", "cpu"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                            start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        try:
-            if urllib.request.urlopen(f"{url}/health", timeout=2).status == 200:
-                break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("transformers serve did not come up")
-    yield url, str(model)
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+    with serve(tiny) as (url,):
+        yield url, str(tiny)
 
 
 @pytest.mark.slow

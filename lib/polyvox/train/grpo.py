@@ -193,6 +193,7 @@ def _train(cfg: RLConfig, progress: bool = True) -> Path:
 
         stage_dir = out / stage.name
         offset = global_step
+        current: dict = {}  # the stage's trainer, for the step logger (built after it)
 
         class Logger(TrainerCallback):
             def on_step_end(self, args, state, control, model=None, **kw):
@@ -200,7 +201,7 @@ def _train(cfg: RLConfig, progress: bool = True) -> Path:
                 rec = {"stage": stage.name, "step": step, "time_s": round(time.time() - t_start, 2)}
                 if stash:
                     rec.update(stash[-1])
-                timing = getattr(trainer, "polyvox_timing", None)
+                timing = getattr(current.get("trainer"), "polyvox_timing", None)
                 if timing:  # cumulative seconds in the fast path's refresh and generation
                     rec.update({f"fastgen_{k}": round(v, 3) if isinstance(v, float) else v for k, v in timing.items()})
                 append_jsonl(out / "train_log.jsonl", [rec])
@@ -233,6 +234,7 @@ def _train(cfg: RLConfig, progress: bool = True) -> Path:
             trainer_class.polyvox_model_path, trainer_class.polyvox_seed = cfg.model, cfg.seed
         trainer = trainer_class(model=model, reward_funcs=reward_fn, args=args, train_dataset=dataset,
                                 processing_class=tok, peft_config=peft_config, callbacks=[Logger()])
+        current["trainer"] = trainer
         if global_step == 0 and cfg.heldout and not (out / "heldout_trajectory.jsonl").exists():
             _heldout(trainer.model, 0)
         trainer.train()

@@ -33,8 +33,8 @@ import json
 import time
 from pathlib import Path
 
-import yaml
 
+from ... import stages
 from ...backends import SamplingParams, make_backend
 from ...records import Problem, append_jsonl, now_iso, read_json, write_manifest
 from . import scheduler as sched
@@ -46,17 +46,8 @@ SCALE_DIR = Path(__file__).resolve().parents[4] / "configs" / "collab"
 
 
 def load_scale(scale: str | Path) -> dict:
-    path = Path(scale)
-    if path.suffix not in (".yaml", ".yml"):
-        path = SCALE_DIR / f"{scale}.yaml"
-    if not path.exists():
-        names = sorted(p.stem for p in SCALE_DIR.glob("*.yaml"))
-        raise ValueError(f"unknown collab scale {scale!r}; scales: {', '.join(names)} (or a YAML path)")
-    data = yaml.safe_load(path.read_text())
-    expected = {"data", "models", "pd", "rl", "eval"}
-    if not isinstance(data, dict) or not expected <= set(data) or not set(data) <= expected | {"threads", "endpoints"}:
-        raise ValueError(f"{path}: expected the sections {', '.join(sorted(expected))}")
-    return {"name": path.stem, **data}
+    """configs/collab/<scale>.yaml, or a YAML path."""
+    return stages.load_scale("collab", scale, {"data", "models", "pd", "rl", "eval"}, {"threads", "endpoints"})
 
 
 def problems(s: dict, split: str) -> list[Problem]:
@@ -70,15 +61,7 @@ def _settings(s: dict, *sections) -> dict:
     return json.loads(json.dumps({"scale": s["name"], "data": s["data"], **{k: s[k] for k in sections}}))
 
 
-def _begin(folder: Path, settings: dict) -> bool:
-    m = folder / "manifest.json"
-    if not m.exists():
-        return False
-    old = read_json(m)
-    if old.get("settings") not in (None, settings):
-        changed = sorted(k for k in settings if (old["settings"] or {}).get(k) != settings[k])
-        raise ValueError(f"{folder}: holds a stage run with other settings ({', '.join(changed)}); use a new --out")
-    return old.get("status") == "complete"
+_begin = stages.stage_done
 
 
 def stage_models(out: Path, s: dict) -> None:

@@ -37,12 +37,12 @@ import yaml
 from ... import adapters, judge, runs
 from ...backends import SamplingParams, accepted_options, make_backend
 from ...backends.base import Backend
+from ... import stages
 from ...formats import Prompt
 from ...records import append_jsonl, now_iso, read_json, read_jsonl, write_manifest
 from . import router as R
 from . import world as pw
 
-SCALE_DIR = Path(__file__).resolve().parents[4] / "configs" / "personas"
 REPO = Path(__file__).resolve().parents[4]
 STAGES = ("router", "heads", "generate", "systems", "judge")
 PAIRS = ("warm+concise", "impersonal+concise", "warm+thorough", "impersonal+thorough")
@@ -57,18 +57,8 @@ SYSTEMS = ("base", "head_warm", "head_impersonal", "head_concise", "head_thoroug
 
 
 def load_scale(scale: str | Path) -> dict:
-    path = Path(scale)
-    if path.suffix not in (".yaml", ".yml"):
-        path = SCALE_DIR / f"{scale}.yaml"
-    if not path.exists():
-        names = sorted(p.stem for p in SCALE_DIR.glob("*.yaml"))
-        raise ValueError(f"unknown personas scale {scale!r}; scales: {', '.join(names)} (or a YAML path)")
-    data = yaml.safe_load(path.read_text())
-    expected = {"model", "world", "router", "distill", "arms", "generate", "judge"}
-    name = data.pop("name", path.stem) if isinstance(data, dict) else None  # a run folder's scale.yaml keeps it
-    if not isinstance(data, dict) or set(data) != expected:
-        raise ValueError(f"{path}: expected the sections {', '.join(sorted(expected))}")
-    return {"name": name, **data}
+    """configs/personas/<scale>.yaml, or a YAML path (a run folder's scale.yaml keeps its name)."""
+    return stages.load_scale("personas", scale, {"model", "world", "router", "distill", "arms", "generate", "judge"})
 
 
 def _model(s: dict) -> str:
@@ -76,19 +66,8 @@ def _model(s: dict) -> str:
     return str(p if p.is_absolute() or not (REPO / p).exists() else REPO / p)
 
 
-def _settings(s: dict, *sections: str, **extra) -> dict:
-    return json.loads(json.dumps({"scale": s["name"], **{k: s[k] for k in sections}, **extra}))
-
-
-def _done(folder: Path, settings: dict) -> bool:
-    m = folder / "manifest.json"
-    if not m.exists():
-        return False
-    old = read_json(m)
-    if old.get("settings") not in (None, settings):
-        changed = sorted(k for k in set(settings) | set(old["settings"]) if old["settings"].get(k) != settings.get(k))
-        raise ValueError(f"{folder}: holds a stage run with other settings ({', '.join(changed)}); use a new --out")
-    return old.get("status") == "complete"
+_settings = stages.settings_of
+_done = stages.stage_done
 
 
 def _device() -> str:

@@ -28,9 +28,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import yaml
-
-from ... import metrics, runs
+from ... import metrics, runs, stages
 from ...backends import BackendSpec, SamplingParams
 from ...records import RecordError, RunLock, append_jsonl, now_iso, read_json, read_jsonl, write_manifest
 from ...tasks import load as load_task
@@ -40,22 +38,11 @@ from . import problems as _problems  # noqa: F401 - registers the "world" task e
 EVAL_LEVELS = (1, 2, 3, 4, 5, "olympiad")
 POOL_LEVELS = (3, 4, 5, "olympiad")
 STAGES = ("models", "panel-rl", "eval", "bands", "hillclimb-panel", "hillclimb-think")
-SCALE_DIR = Path(__file__).resolve().parents[4] / "configs" / "world"  # the repository's configs/world/
 
 
 def load_scale(scale: str | Path) -> dict:
     """A scale by name (configs/world/<name>.yaml) or YAML path; the dict records its name."""
-    path = Path(scale)
-    if path.suffix not in (".yaml", ".yml"):
-        path = SCALE_DIR / f"{scale}.yaml"
-    if not path.exists():
-        names = sorted(p.stem for p in SCALE_DIR.glob("*.yaml"))
-        raise ValueError(f"unknown world scale {scale!r}; scales: {', '.join(names)} (or a path to a YAML file)")
-    data = yaml.safe_load(path.read_text())
-    expected = {"models", "rl", "sampling", "eval", "bands", "seeds", "problems_seed"}
-    if not isinstance(data, dict) or set(data) != expected:
-        raise ValueError(f"{path}: expected the sections {', '.join(sorted(expected))}")
-    return {"name": path.stem, **data}
+    return stages.load_scale("world", scale, {"models", "rl", "sampling", "eval", "bands", "seeds", "problems_seed"})
 
 
 def _seed_dir(out: Path, seed: int) -> Path:
@@ -64,22 +51,6 @@ def _seed_dir(out: Path, seed: int) -> Path:
 
 def _world(levels, per_level: int, seed: int, split: str) -> dict:
     return {"levels": list(levels), "per_level": per_level, "seed": seed, "split": split}
-
-
-def _stage_settings(s: dict, seed: int, *sections: str) -> dict:
-    return json.loads(json.dumps({"scale": s["name"], "seed": seed, **{k: s[k] for k in sections}}))
-
-
-def _begin(folder: Path, settings: dict) -> bool:
-    """True when the stage is already complete with these settings; refuses another run's folder."""
-    m = folder / "manifest.json"
-    if not m.exists():
-        return False
-    old = read_json(m)
-    if old.get("settings") not in (None, settings):
-        changed = sorted(k for k in settings if old["settings"].get(k) != settings[k])
-        raise ValueError(f"{folder}: holds a stage run with other settings ({', '.join(changed)}); use a new --out")
-    return old.get("status") == "complete" and old.get("settings") == settings
 
 
 def build_models(out: Path, s: dict, seed: int = 0) -> None:
@@ -236,9 +207,9 @@ def run(out: str | Path, scale: str | Path = "smoke", stages=STAGES, seeds=None)
 
 def _run_stage(out: Path, s: dict, seed: int, stage: str) -> None:
     fn, sections, per_seed = _STAGE_FNS[stage]
-    settings = _stage_settings(s, seed if per_seed else None, *sections)
+    settings = stages.settings_of(s, *sections, seed=seed if per_seed else None)
     folder = stage_folder(out, stage, seed)
-    if _begin(folder, settings):
+    if stages.stage_done(folder, settings):
         return
     started = now_iso()
     fn(out, s, seed)
