@@ -250,3 +250,67 @@ def test_shipped_records_recompute(root):
             assert c["weighted_tokens"] == pytest.approx(want)
     derived = analysis.derived_systems(runs)
     assert all(len(derived[k]) == len(ids) for k in ("vote", "cascade"))
+
+
+SYNTHETIC_LOG = """Toy evaluation summary written for this test
+problems: 5
+correct: 3
+EM: 60.00%
+F1: 70.00%
+
+Rows (JSONL):
+{"problem_id": "toy_0", "answer": "3", "gold_answer": "3", "answer_source": "first_tentative_overlong", "em": 1, "soft_f1": 1.0}
+{"problem_id": "toy_1", "answer": "8", "gold_answer": "9", "answer_source": "first_tentative_overlong", "em": 0, "soft_f1": 0.5}
+{"problem_id": "toy_2", "answer": "x", "gold_answer": "x", "answer_source": "first_tentative_overlong", "em": 1, "soft_f1": 1.0}
+{"problem_id": "toy_3", "answer": "2", "gold_answer": "2", "answer_source": "raw_final_answer", "em": 1, "soft_f1": 1.0}
+{"problem_id": "toy_4", "answer": "0", "gold_answer": "1", "answer_source": "raw_final_answer", "em": 0, "soft_f1": 0.0}
+"""
+
+
+def test_audit_count_recounts_a_log_and_compares_with_the_shipped_json(tmp_path, root):
+    from polyvox.studies.collab import audit_count
+
+    c = audit_count.count(SYNTHETIC_LOG)
+    assert c["answer_source_counts"] == {"first_tentative_overlong": {"rows": 3, "correct": 2, "wrong": 1},
+                                         "raw_final_answer": {"rows": 2, "correct": 1, "wrong": 1}}
+    assert (c["rows"], c["correct"]) == (5, 3) and c["header"] == {"problems": 5, "correct": 3, "em_percent": 60.0,
+                                                                    "f1_percent": 70.0}
+    shipped = json.loads(json.dumps({"answer_source_counts": c["answer_source_counts"], "header": c["header"]}))
+    assert audit_count.compare(c, shipped) == []
+    shipped["answer_source_counts"]["raw_final_answer"]["correct"] = 2
+    assert audit_count.compare(c, shipped) == ["raw_final_answer.correct: shipped 2, counted 1"]
+    # the command line: exit 0 when the log reproduces the JSON, 1 (with the disagreement) otherwise
+    log, good, bad = tmp_path / "evaluation.log", tmp_path / "good.json", tmp_path / "bad.json"
+    log.write_text(SYNTHETIC_LOG)
+    good.write_text(json.dumps({"answer_source_counts": c["answer_source_counts"], "header": c["header"]}))
+    bad.write_text(json.dumps(shipped))
+    env = {**os.environ, "PYTHONPATH": str(root / "lib")}
+    ok = subprocess.run([sys.executable, "-m", "polyvox.studies.collab.audit_count", str(log), "--audit", str(good)],
+                        capture_output=True, text=True, env=env)
+    assert ok.returncode == 0 and "agrees with" in ok.stdout
+    no = subprocess.run([sys.executable, "-m", "polyvox.studies.collab.audit_count", str(log), "--audit", str(bad)],
+                        capture_output=True, text=True, env=env)
+    assert no.returncode == 1 and "raw_final_answer.correct: shipped 2, counted 1" in no.stderr
+    # the shipped audit file holds what compare() reads, and its own totals are consistent
+    audit = json.loads((root / "data/collab/study_audit.json").read_text())
+    src = audit["answer_source_counts"]
+    assert sum(v["rows"] for v in src.values()) == audit["header"]["problems"]
+    assert sum(v["correct"] for v in src.values()) == audit["header"]["correct"]
+    assert all(v["rows"] == v["correct"] + v["wrong"] for v in src.values())
+
+
+def test_paired_tests_and_topology_from_records(root):
+    """The chapter's verdicts and topology come from these functions; check them on the shipped run."""
+    from polyvox.studies.collab import analysis
+
+    t = analysis.exact_mcnemar([1, 1, 1, 0, 1], [0, 0, 0, 0, 1])
+    assert (t["a_only"], t["b_only"]) == (3, 0) and t["p"] == pytest.approx(0.25)
+    assert analysis.verdict({"a_only": 11, "b_only": 0, "p": 0.001}) == "higher"
+    runs = analysis.load(root / "data/runs/collab-cpu/eval")
+    topo = analysis.topology(runs["cl"]).set_index("agent")
+    h = analysis.handoffs(runs["cl"])
+    assert topo.turns.sum() == sum(len(r["turns"]) for r in runs["cl"]) == len(h)
+    assert (topo.retries + topo["voluntary hand-offs"] + topo["forced hand-offs"]).sum() + len(runs["cl"]) == len(h)
+    assert topo.violations.sum() == analysis.violations(runs["cl"])["violations"]
+    prov = analysis.provenance(root / "data/runs/collab-cpu/eval", full=True).set_index("arm")
+    assert prov.loc["solo-small", "weights"] == "base (no PD)" and "RL" in prov.loc["cl", "weights"]

@@ -12,6 +12,11 @@
 - :func:`summary`: accuracy with a Wilson 95 % interval, F1, mean weighted output tokens
   and calls per system and task; :func:`pareto` marks the accuracy-vs-cost frontier;
   :func:`transitions` counts hand-offs between agents; :func:`by_turns` accuracy by turns used.
+- :func:`paired` / :func:`exact_mcnemar` / :func:`verdict`: every comparison the chapter states is an
+  exact paired test on the shared questions at :data:`ALPHA`; :func:`handoffs` and :func:`topology`
+  classify each step (retry, forced, voluntary, end) and count turns per agent from the turn
+  records; :func:`provenance` reads each arm's manifest (commit, torch build, versions) beside
+  the weights its models carry (:func:`arm_weights`, from the pipeline's own wiring).
 """
 from __future__ import annotations
 
@@ -152,3 +157,131 @@ def violations(records: list[dict]) -> dict:
     return {"turns": len(turns), "violations": sum(t["violation"] is not None for t in turns),
             "forced": sum(t["forced_handoff"] is not None for t in turns),
             "confirmed": float(np.mean([r["status"] == "confirmed" for r in records])) if records else 0.0}
+
+
+# --- paired tests, topology, provenance (every verdict on the chapter's page comes from here) ---
+
+ALPHA = 0.05  # two-sided level of the exact paired tests below
+
+
+def exact_mcnemar(a_correct, b_correct) -> dict:
+    """Exact McNemar test on paired 0/1 outcomes: a two-sided binomial test (p = 1/2) on the
+    discordant pairs. ``a_only``: questions only A got right; ``b_only``: only B."""
+    from scipy.stats import binomtest
+
+    a, b = np.asarray(a_correct, bool), np.asarray(b_correct, bool)
+    a_only, b_only = int((a & ~b).sum()), int((~a & b).sum())
+    n = a_only + b_only
+    p = 1.0 if n == 0 else float(binomtest(a_only, n, 0.5).pvalue)
+    return {"n": len(a), "a_only": a_only, "b_only": b_only, "p": p}
+
+
+def verdict(test: dict, alpha: float = ALPHA) -> str:
+    if test["p"] < alpha:
+        return "higher" if test["a_only"] > test["b_only"] else "lower"
+    return f"not distinguishable (p ≥ {alpha})"
+
+
+def scores(systems: dict[str, list[dict]], weights: dict, projection: str = MAIN_PROJECTION) -> dict[str, pd.DataFrame]:
+    """Per-question scores of every system (CL systems under ``projection``, others 'final'), indexed by id."""
+    return {k: score(v, weights, projection if k in CL else "final").set_index("id") for k, v in systems.items()}
+
+
+def paired(sc: dict[str, pd.DataFrame], a: str, b: str, alpha: float = ALPHA) -> dict:
+    """A against B on their shared questions: accuracy difference, exact McNemar, verdict, cost ratio."""
+    ids = sc[a].index.intersection(sc[b].index)
+    x, y = sc[a].loc[ids], sc[b].loc[ids]
+    t = exact_mcnemar(x.correct.values, y.correct.values)
+    return {"A": a, "B": b, **t, "acc A": x.correct.mean(), "acc B": y.correct.mean(),
+            "diff (points)": 100 * (x.correct.mean() - y.correct.mean()), "verdict": verdict(t, alpha),
+            "cost ratio A/B": x.weighted_tokens.mean() / y.weighted_tokens.mean()}
+
+
+def handoffs(records: list[dict], agents=("small", "mid", "big")) -> pd.DataFrame:
+    """Every turn-to-turn step of the trajectories, classified from the turn records:
+    ``retry`` (same agent again after a violation, no forced hand-off), ``forced`` (the scheduler
+    moved the state after the retries ran out), ``voluntary`` (a valid handoff action), ``end``
+    (the last turn). Columns: from, to, kind, violation (of the 'from' turn)."""
+    rows = []
+    for r in records:
+        ts = r["turns"]
+        for i, t in enumerate(ts):
+            nxt = ts[i + 1]["agent"] if i + 1 < len(ts) else "end"
+            if nxt == "end":
+                kind = "end"
+            elif t["forced_handoff"] is not None:
+                kind = "forced"
+            elif t["violation"] is not None:
+                kind = "retry"
+            else:
+                kind = "voluntary"
+            rows.append({"from": t["agent"], "to": nxt, "kind": kind, "violation": t["violation"]})
+    return pd.DataFrame(rows)
+
+
+def topology(records: list[dict], agents=("small", "mid", "big")) -> pd.DataFrame:
+    """Per agent: turns spoken, violations, retries, voluntary and forced hand-offs out, confirmations."""
+    h = handoffs(records, agents)
+    stops = Counter(t["agent"] for r in records for t in r["turns"]
+                    if t["violation"] is None and t["action"] == "stop")
+    rows = []
+    for a in agents:
+        g = h[h["from"] == a]
+        rows.append({"agent": a, "turns": len(g), "violations": int(g.violation.notna().sum()),
+                     "retries": int((g.kind == "retry").sum()), "voluntary hand-offs": int((g.kind == "voluntary").sum()),
+                     "forced hand-offs": int((g.kind == "forced").sum()), "valid stops": int(stops[a])})
+    return pd.DataFrame(rows)
+
+
+def caps(records: list[dict]) -> int:
+    """Questions that ended at t_max."""
+    return sum(r["status"] == "t_max" for r in records)
+
+
+def same_answer(records_a: list[dict], proj_a: str, records_b: list[dict], proj_b: str) -> tuple[int, int]:
+    """Questions on which both projected answers exist and are equal, out of the shared questions."""
+    b = _by_id(records_b)
+    same = n = 0
+    for r in records_a:
+        if r["id"] not in b:
+            continue
+        n += 1
+        x, y = project(r, proj_a)[0], project(b[r["id"]], proj_b)[0]
+        same += x is not None and x == y
+    return same, n
+
+
+def arm_weights(full: bool) -> dict[str, str]:
+    """Which weights each evaluated arm's models carry, read off the pipeline's own wiring."""
+    from pathlib import PurePosixPath as P
+
+    from .pipeline import AGENTS, eval_systems
+
+    def describe(model, adapter):
+        base = {"models": "base (no PD)", "pd": "PD " + ("full fine-tune" if full else "LoRA")}[model.parts[0]]
+        if adapter is None:
+            return base
+        return base + (" + RL LoRA" if adapter.parts[0] == "rl" else " + PD LoRA")
+
+    out = {f"{k}-{m}": "base (no PD)" for k in ("solo", "sample") for m in ("small", "mid", "big", "large")}
+    for system, spec in eval_systems(P("models"), P("pd"), P("rl"), full).items():
+        out[system] = ", ".join(sorted({describe(*spec[a]) for a in AGENTS}))
+    return out
+
+
+def provenance(eval_dir: str | Path, full: bool) -> pd.DataFrame:
+    """Each recorded arm's manifest: commit, device (the torch build), versions, and its models' weights."""
+    w = arm_weights(full)
+    rows = []
+    for d in sorted(Path(eval_dir).iterdir()):
+        m = d / "manifest.json"
+        if not (d / "trajectories.jsonl").exists() or not m.exists():
+            continue
+        man = json.loads(m.read_text())
+        v = man.get("versions", {})
+        torch_v = v.get("torch", "")
+        rows.append({"arm": d.name, "commit": man.get("git_commit"), "started": man.get("started"),
+                     "device": torch_v.split("+", 1)[1] if "+" in torch_v else "not recorded",
+                     "torch": torch_v, "transformers": v.get("transformers"), "python": v.get("python"),
+                     "platform": v.get("platform"), "weights": w.get(d.name, "?")})
+    return pd.DataFrame(rows)
