@@ -1,0 +1,172 @@
+"""What the Part II chapter computes from a recorded personas run beyond the judge's tallies.
+
+- :func:`head_training`: per arm, seed and head, the training loss (first and last steps) and
+  the validation score of the selected checkpoint, from ``heads/<arm>-s<seed>/``;
+- :func:`convergence`: a stated rule marking which heads trained, and :func:`comparable_types`
+  (preference types whose heads trained in both arms of a seed);
+- :func:`truncation`: per system, arm, seed and prompt, whether the answer hit the generation
+  cap (``finish_reason == "length"`` in the ``gen/<unit>/rollouts.jsonl`` the system's answer came
+  from);
+- :func:`outcomes` / :func:`summarize`: per-prompt judge outcomes of a recorded comparison (from
+  the judge's cache, no new calls) so that win rates can be recomputed on subsets of prompts;
+- :func:`verdict`: the forward-vs-reverse verdict with a tolerance, as a category and a sentence.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ... import judge
+from ...records import read_jsonl
+from . import world as pw
+
+SYSTEMS = ("base", "head_warm", "head_impersonal", "head_concise", "head_thorough",
+           "router_head", "router_persona", "oracle_head", "oracle_persona")
+
+
+# ---------------------------------------------------------------- heads
+
+def head_training(run: str | Path, arms, seeds, window: int = 5) -> pd.DataFrame:
+    """One row per (arm, seed, head): selected step and its validation score, loss over the first and
+    last ``window`` steps, the final step's loss, mean step seconds."""
+    run = Path(run)
+    rows = []
+    for arm in arms:
+        for seed in seeds:
+            folder = run / "heads" / f"{arm}-s{seed}"
+            m = json.loads((folder / "manifest.json").read_text())
+            for pole in pw.POLES:
+                h = m["heads"][pole]
+                log = pd.DataFrame(read_jsonl(folder / pole / "train_log.jsonl"))
+                rows.append({"arm": arm, "seed": seed, "head": pole, "selected step": h["selected_step"],
+                             "validation": h["validation"][str(h["selected_step"])],
+                             "loss, first steps": float(log["loss"].head(window).mean()),
+                             "loss, last steps": float(log["loss"].tail(window).mean()),
+                             "final loss": float(log["loss"].iloc[-1]),
+                             "top-k mass": float(log["topk_mass"].mean()),
+                             "step s": h["step_seconds_mean"]})
+    return pd.DataFrame(rows)
+
+
+def convergence(heads: pd.DataFrame, val_tol: float, loss_drop: float) -> pd.DataFrame:
+    """Mark a head ``trained`` when (a) its loss over the last steps is at most ``1 - loss_drop`` of
+    its loss over the first steps and (b) its selected validation score is within ``val_tol`` of the
+    better of the two arms' heads for the same pole and seed."""
+    h = heads.copy()
+    h["loss ratio (last/first)"] = h["loss, last steps"] / h["loss, first steps"]
+    best = h.groupby(["seed", "head"])["validation"].transform("max")
+    h["validation gap to best arm"] = best - h["validation"]
+    h["trained"] = (h["loss ratio (last/first)"] <= 1 - loss_drop) & (h["validation gap to best arm"] <= val_tol + 1e-12)
+    return h
+
+
+def comparable_types(conv: pd.DataFrame, seed: int, arms=("forward", "reverse"), strict: bool = False) -> list[str]:
+    """Preference types of ``seed`` whose heads trained in every arm. A type's heads are its poles; with
+    ``strict`` a mix (which holds all four heads at non-zero weight) needs all four heads trained."""
+    ok = conv[(conv["seed"] == seed) & conv["arm"].isin(arms)].groupby("head")["trained"].all()
+    out = []
+    for t in pw.TYPES:
+        poles = pw.poles_of(t)
+        need = pw.POLES if (strict and len(poles) > 1) else poles
+        if all(ok.get(p, False) for p in need):
+            out.append(t)
+    return out
+
+
+# ---------------------------------------------------------------- truncation
+
+def _unit_records(run: Path, unit: str, cache: dict) -> dict:
+    if unit not in cache:
+        cache[unit] = {r["problem_id"]: r for r in read_jsonl(run / "gen" / unit / "rollouts.jsonl")}
+    return cache[unit]
+
+
+def system_units(row: dict, arm: str, seed: int) -> dict[str, str]:
+    """The generation unit each system's answer to a systems row came from (as the pipeline assembles them)."""
+    prefix = f"{arm}-s{seed}"
+    pick, true = row["router_pick"], row["preference"]
+    u = {"base": "base"}
+    for p in pw.POLES:
+        u[f"head_{p}"] = f"{prefix}-{p}"
+    u["router_head"] = f"{prefix}-{pick}" if pick != "none" else "base"
+    u["router_persona"] = f"card-{pick}" if pick != "none" else "base"
+    u["oracle_head"] = f"{prefix}-{true}"
+    u["oracle_persona"] = f"card-{true}"
+    return u
+
+
+def truncation(run: str | Path, arms, seeds) -> pd.DataFrame:
+    """One row per (arm, seed, prompt, system): the unit, its finish reason and ``truncated``
+    (finish_reason == "length"). Checks that the unit's text is the systems row's answer."""
+    run = Path(run)
+    cache: dict = {}
+    rows = []
+    for arm in arms:
+        for seed in seeds:
+            for r in read_jsonl(run / "systems" / f"{arm}-s{seed}.jsonl"):
+                for system, unit in system_units(r, arm, seed).items():
+                    rec = _unit_records(run, unit, cache)[r["prompt_id"]]
+                    if rec["completion"] != r["responses"][system]:
+                        raise ValueError(f"{arm}-s{seed} {r['prompt_id']} {system}: answer is not unit {unit}'s")
+                    rows.append({"arm": arm, "seed": seed, "prompt_id": r["prompt_id"], "preference": r["preference"],
+                                 "router_pick": r["router_pick"], "system": system, "unit": unit,
+                                 "finish_reason": rec["finish_reason"],
+                                 "truncated": rec["finish_reason"] == "length"})
+    return pd.DataFrame(rows)
+
+
+def unit_cap_hits(run: str | Path) -> pd.DataFrame:
+    """Per generation unit: prompts answered and how many hit the token cap."""
+    run = Path(run)
+    rows = []
+    for folder in sorted(p for p in (run / "gen").iterdir() if (p / "rollouts.jsonl").exists()):
+        recs = list(read_jsonl(folder / "rollouts.jsonl"))
+        rows.append({"unit": folder.name, "n": len(recs),
+                     "cap hits": sum(r["finish_reason"] == "length" for r in recs)})
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------- per-prompt outcomes
+
+def outcomes(run: str | Path, a: str, b: str, judge_) -> pd.DataFrame:
+    """Per-prompt outcomes of A (``systems/<file>.jsonl:<system>``, relative to ``run``) against B,
+    read from the run's judge cache (no new calls)."""
+    run = Path(run)
+    return judge.outcomes(str(run / a), str(run / b), run / "judge", judge_)
+
+
+def summarize(df: pd.DataFrame, n_boot: int = 1000) -> dict:
+    """Win rate of A with a bootstrap CI (``polyvox.judge.summarize``); empty subsets give None."""
+    if len(df) == 0:
+        return {"n": 0, "W": 0, "T": 0, "L": 0, "win_rate": None, "ci_low": None, "ci_high": None}
+    return judge.summarize(df, n_boot=n_boot)
+
+
+# ---------------------------------------------------------------- verdict
+
+def verdict(wr, lo, hi, tolerance: float) -> tuple[str, str]:
+    """(category, sentence) for reverse-vs-forward win rates of several seeds (reverse's side).
+
+    ``none``: the mean is within ``tolerance`` of 50% and every CI covers 50%; ``reverse`` /
+    ``forward``: every seed on one side of 50% and the mean at least ``tolerance`` from it;
+    ``mixed`` otherwise; ``empty`` when no seed has prompts."""
+    keep = [i for i, w in enumerate(wr) if w is not None and not (isinstance(w, float) and np.isnan(w))]
+    if not keep:
+        return "empty", "no prompts left to compare"
+    wr = np.asarray([wr[i] for i in keep], float)
+    lo = np.asarray([lo[i] for i in keep], float)
+    hi = np.asarray([hi[i] for i in keep], float)
+    mean = wr.mean()
+    tol = f"±{100 * tolerance:.0f} points"
+    if abs(mean - 0.5) < tolerance and all(a <= 0.5 <= b for a, b in zip(lo, hi)):
+        return "none", (f"no difference at this scale: mean {100 * mean:.1f}% is within {tol} of 50% and every "
+                        f"seed's CI includes 50%")
+    if (wr > 0.5).all() and mean - 0.5 >= tolerance:
+        return "reverse", f"reverse KL better: every seed above 50%, mean {100 * mean:.1f}%"
+    if (wr < 0.5).all() and 0.5 - mean >= tolerance:
+        return "forward", f"forward KL better: every seed below 50%, mean {100 * mean:.1f}% for reverse"
+    return "mixed", (f"no consistent winner: mean {100 * mean:.1f}%, seeds from {100 * wr.min():.1f}% to "
+                     f"{100 * wr.max():.1f}% (tolerance {tol})")
