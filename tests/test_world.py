@@ -115,7 +115,8 @@ def test_replication_chapter_reruns_on_cpu(tmp_path, root):
     assert done.returncode == 0, done.stderr[-2000:]
     text = (out / "replication.ipynb").read_text()
     assert "a new run at scale" in text and '"ename"' not in text
-    assert (tmp_path / "world/eval/tiny-panel/graded.jsonl").exists()
+    assert (tmp_path / "world/seed-0/eval/cap-48/tiny-panel/graded.jsonl").exists()
+    assert (tmp_path / "world/seed-1/hillclimb-think/heldout_trajectory.jsonl").exists()
 
 
 def test_world_rl_config_loads(root):
@@ -203,3 +204,19 @@ def test_grpo_steps_with_fast_generation_on_cpu(tiny, tmp_path):
     assert [r["step"] for r in log] == [1, 2]
     assert log[-1]["fastgen_calls"] == 2 and log[-1]["fastgen_tokens"] > 0
     assert 0 < log[-1]["completion_tokens_mean"] <= 8
+
+
+def test_an_interrupted_rl_run_starts_over_and_keeps_the_old_logs(tiny, tmp_path):
+    """grpo.train does not resume mid-way: a rerun renames the earlier attempt's logs and writes fresh ones."""
+    out = tmp_path / "rl"
+    out.mkdir()
+    (out / "train_log.jsonl").write_text('{"stage": "easy", "step": 1}\n')
+    (out / "heldout_trajectory.jsonl").write_text('{"step": 0, "heldout_mean": 0.5}\n')
+    probs = [world.to_problem(p) for p in world.generate(2, seed=0, levels=[1], split="train")]
+    cfg = rl.RLConfig(model=str(tiny), arm="panel", out=str(out), stages=[rl.Stage("easy", probs, 1)],
+                      lora_rank=2, lora_alpha=4, group_size=2, prompts_per_step=2, max_completion_length=4,
+                      eval_every=10, fast_generation=False)
+    rl.train(cfg, progress=False)
+    assert (out / "train_log.attempt-1.jsonl").read_text() == '{"stage": "easy", "step": 1}\n'
+    assert [json.loads(x)["step"] for x in (out / "train_log.jsonl").read_text().splitlines()] == [1]
+    assert json.loads((out / "manifest.json").read_text())["earlier_attempts"] == 1

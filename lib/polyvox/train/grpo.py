@@ -146,7 +146,17 @@ def _train(cfg: RLConfig, progress: bool = True) -> Path:
     summary["heldout_problems"] = len(cfg.heldout)
     for key in ("model", "out", "init_adapter"):
         summary[key] = portable_path(summary[key])
-    write_manifest(out, config=summary, started=now_iso(), status="running", device=device)
+    # a run is not resumable mid-way: an interrupted attempt's logs are kept beside, renamed, and the
+    # run starts over, so its train_log/heldout_trajectory hold one attempt (nothing lost, nothing mixed)
+    attempts = 0
+    for name in ("train_log.jsonl", "heldout_trajectory.jsonl"):
+        if (out / name).exists():
+            attempts = max(attempts, len(list(out.glob(f"{Path(name).stem}.attempt-*.jsonl"))) + 1)
+    for name in ("train_log.jsonl", "heldout_trajectory.jsonl"):
+        if (out / name).exists():
+            (out / name).rename(out / f"{Path(name).stem}.attempt-{attempts}.jsonl")
+    write_manifest(out, config=summary, started=now_iso(), status="running", device=device,
+                   earlier_attempts=attempts)
     adapter = cfg.init_adapter
     global_step = 0
     t_start = time.time()
@@ -250,7 +260,7 @@ def _train(cfg: RLConfig, progress: bool = True) -> Path:
         del trainer, model, base
         if device == "cuda":
             torch.cuda.empty_cache()
-    write_manifest(out, config=summary, status="complete", finished=now_iso(), device=device,
+    write_manifest(out, config=summary, status="complete", finished=now_iso(), device=device, earlier_attempts=attempts,
                    final_adapter=adapter, seconds=round(time.time() - t_start, 1))
     return Path(adapter)
 
