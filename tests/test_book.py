@@ -77,6 +77,13 @@ def test_published_tables_reproduce_in_the_built_chapters(built):
     assert all("NOT zero" not in t for t in agreements), agreements
 
 
+def test_the_built_book_names_no_absolute_build_path(built):
+    dest, _, _ = built
+    leaks = [str(p.relative_to(dest)) for folder in (dest / "_build/html", dest / "book") for p in folder.rglob("*")
+             if p.is_file() and p.suffix in (".html", ".ipynb", ".txt") and str(dest) in p.read_text(errors="ignore")]
+    assert not leaks, leaks[:10]
+
+
 def test_rebuild_with_nothing_changed_executes_nothing(built):
     dest, _, params = built
     report = book.build(dest, params_file=params, html=False, progress=False)

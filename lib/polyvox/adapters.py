@@ -27,6 +27,16 @@ import math
 import shutil
 from pathlib import Path
 
+from .records import portable_path
+
+
+def portable_config(adapter: str | Path) -> None:
+    """PEFT writes the base model's path as given (often absolute): keep it portable."""
+    path = Path(adapter) / "adapter_config.json"
+    cfg = json.loads(path.read_text())
+    cfg["base_model_name_or_path"] = portable_path(cfg.get("base_model_name_or_path"))
+    path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
 
 class AdapterError(ValueError):
     pass
@@ -105,7 +115,9 @@ def save_mix(base_model_path: str | Path, adapters: dict[str, str | Path], weigh
     shutil.rmtree(out, ignore_errors=True)
     shutil.move(str(src), str(out))
     shutil.rmtree(tmp, ignore_errors=True)
-    meta = {"weights": {k: float(v) for k, v in weights.items()}, "sources": {k: str(adapters[k]) for k in weights},
+    portable_config(out)
+    meta = {"weights": {k: float(v) for k, v in weights.items()},
+            "sources": {k: portable_path(adapters[k]) for k in weights},
             "combination": "cat (rank concatenation)"}
     (out / "mix.json").write_text(json.dumps(meta, indent=2) + "\n")
     return out

@@ -223,6 +223,10 @@ def execute(chapter: Chapter, params: dict, output: Path, root: Path) -> None:
     import papermill as pm
 
     output.parent.mkdir(parents=True, exist_ok=True)
+    # progress bars inside a chapter are debris in the book (and tqdm's notebook fallback
+    # warning carries the venv's absolute path): the kernel inherits TQDM_DISABLE
+    saved = os.environ.get("TQDM_DISABLE")
+    os.environ["TQDM_DISABLE"] = "1"
     try:
         pm.execute_notebook(
             str(chapter.source), str(output), parameters=params, cwd=str(root),
@@ -235,6 +239,10 @@ def execute(chapter: Chapter, params: dict, output: Path, root: Path) -> None:
             f"cell {exc.cell_index} (execution count {exc.exec_count}) raised {exc.ename}: {evalue}"
         ) from None
     finally:
+        if saved is None:
+            os.environ.pop("TQDM_DISABLE", None)
+        else:
+            os.environ["TQDM_DISABLE"] = saved
         if output.exists():
             _relative_paths(output, root)
 

@@ -36,17 +36,9 @@ from typing import Callable
 import numpy as np
 
 from .. import formats, grading, tasks
+from ..adapters import portable_config
 from ..records import RunLock, append_jsonl, now_iso, portable_path, write_manifest
 
-
-def portable_adapter_config(adapter: str | Path) -> None:
-    """PEFT writes the base model's path as given (often absolute): keep it portable."""
-    import json
-
-    path = Path(adapter) / "adapter_config.json"
-    cfg = json.loads(path.read_text())
-    cfg["base_model_name_or_path"] = portable_path(cfg.get("base_model_name_or_path"))
-    path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
 @dataclass
@@ -256,7 +248,7 @@ def _train(cfg: RLConfig, progress: bool = True) -> Path:
         global_step += stage.steps
         adapter = str(stage_dir / "adapter")
         trainer.model.save_pretrained(adapter, safe_serialization=True)
-        portable_adapter_config(adapter)
+        portable_config(adapter)
         del trainer, model, base
         if device == "cuda":
             torch.cuda.empty_cache()
