@@ -105,6 +105,7 @@ def test_unknown_grader_lists_valid_ones():
         grade("chess", "x", "y")
 
 
+@pytest.mark.slow
 def test_pathological_item_gets_a_verdict_and_does_not_stop_the_batch():
     import time
 

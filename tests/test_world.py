@@ -206,6 +206,7 @@ def test_grpo_steps_with_fast_generation_on_cpu(tiny, tmp_path):
     assert 0 < log[-1]["completion_tokens_mean"] <= 8
 
 
+@pytest.mark.slow
 def test_an_interrupted_rl_run_starts_over_and_keeps_the_old_logs(tiny, tmp_path):
     """grpo.train does not resume mid-way: a rerun renames the earlier attempt's logs and writes fresh ones."""
     out = tmp_path / "rl"
