@@ -221,3 +221,16 @@ def test_an_interrupted_rl_run_starts_over_and_keeps_the_old_logs(tiny, tmp_path
     assert (out / "train_log.attempt-1.jsonl").read_text() == '{"stage": "easy", "step": 1}\n'
     assert [json.loads(x)["step"] for x in (out / "train_log.jsonl").read_text().splitlines()] == [1]
     assert json.loads((out / "manifest.json").read_text())["earlier_attempts"] == 1
+
+
+def test_sft_batches_mask_the_prompt_and_the_padding():
+    import torch
+
+    from polyvox.train.pretrain import sft_batches
+
+    x, y = sft_batches([([1, 2, 3, 4], 2), ([5, 6], 1)], 4, 0, torch.Generator().manual_seed(0))(0)
+    for row_x, row_y in zip(x.tolist(), y.tolist()):
+        if row_x[0] == 1:
+            assert row_x == [1, 2, 3, 4] and row_y == [-100, -100, 3, 4]
+        else:
+            assert row_x == [5, 6, 0, 0] and row_y == [-100, 6, -100, -100]

@@ -66,6 +66,26 @@ def pack(tokenizer, docs: list[str], seq_len: int):
     return torch.tensor(ids[: n * seq_len]).view(n, seq_len)
 
 
+def sft_batches(rows: list[tuple[list[int], int]], batch: int, pad_id: int, generator):
+    """A batch function for supervised fine-tuning with the loss on the reply only.
+
+    ``rows`` are (token ids, prompt length); each call draws ``batch`` rows with ``generator``,
+    right-pads them with ``pad_id`` and masks the prompt and the padding out of the labels (-100).
+    """
+    import torch
+
+    def batch_fn(step):
+        chosen = [rows[i] for i in torch.randint(0, len(rows), (batch,), generator=generator).tolist()]
+        width = max(len(r[0]) for r in chosen)
+        x = torch.full((batch, width), pad_id)
+        y = torch.full((batch, width), -100)
+        for i, (ids, n_prompt) in enumerate(chosen):
+            x[i, : len(ids)] = torch.tensor(ids)
+            y[i, n_prompt: len(ids)] = torch.tensor(ids[n_prompt:])
+        return x, y
+    return batch_fn
+
+
 def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
     if step < warmup:
         return peak * (step + 1) / warmup

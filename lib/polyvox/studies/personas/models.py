@@ -16,7 +16,7 @@ import json
 import time
 from pathlib import Path
 
-from ...train.pretrain import save, train_loop, train_tokenizer
+from ...train.pretrain import save, sft_batches, train_loop, train_tokenizer
 from . import world as pw
 
 
@@ -47,15 +47,7 @@ def build(out: str | Path, seed: int = 0, n_examples: int = 6000, hidden: int = 
     model = Qwen3ForCausalLM(cfg).to(device)
     gen = torch.Generator().manual_seed(seed)
 
-    def batch_fn(step):
-        chosen = [rows[i] for i in torch.randint(0, len(rows), (batch,), generator=gen).tolist()]
-        width = max(len(r[0]) for r in chosen)
-        x = torch.full((batch, width), tok.pad_token_id)
-        y = torch.full((batch, width), -100)
-        for i, (ids, n_prompt) in enumerate(chosen):
-            x[i, : len(ids)] = torch.tensor(ids)
-            y[i, n_prompt: len(ids)] = torch.tensor(ids[n_prompt:])
-        return x, y
+    batch_fn = sft_batches(rows, batch, tok.pad_token_id, gen)
 
     log: list = []
     train_loop(model, batch_fn, steps, lr, device, log, "tiny-chat", progress)

@@ -26,7 +26,7 @@ import random
 import time
 from pathlib import Path
 
-from ...train.pretrain import pack, save, train_loop, train_tokenizer
+from ...train.pretrain import pack, save, sft_batches, train_loop, train_tokenizer
 from . import problems as world
 
 
@@ -98,15 +98,7 @@ def build(out: str | Path, seed: int = 0, n_per_level: int = 4000, hidden: int =
         f_ids = tok(full, add_special_tokens=False)["input_ids"][:seq_len]
         sft_rows.append((f_ids, len(p_ids)))
 
-    def sft_batch(step):
-        rows = [sft_rows[i] for i in torch.randint(0, len(sft_rows), (batch,), generator=gen).tolist()]
-        width = max(len(r[0]) for r in rows)
-        x = torch.full((batch, width), tok.pad_token_id)
-        y = torch.full((batch, width), -100)
-        for i, (ids, n_prompt) in enumerate(rows):
-            x[i, : len(ids)] = torch.tensor(ids)
-            y[i, n_prompt: len(ids)] = torch.tensor(ids[n_prompt:])
-        return x, y
+    sft_batch = sft_batches(sft_rows, batch, tok.pad_token_id, gen)
 
     think = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32).to(device)
     train_loop(think, sft_batch, think_steps, lr / 3, device, log, "tiny-think", progress)
