@@ -23,7 +23,7 @@ import random
 import time
 from pathlib import Path
 
-from ...train.pretrain import save, train_loop, train_tokenizer
+from ...train.pretrain import save, sft_batches, train_loop, train_tokenizer
 from .traces import solo
 
 MODELS = ("small", "mid", "big", "large")
@@ -41,20 +41,10 @@ def chat_rows(tok, pairs: list[tuple[str, str]], seq_len: int) -> list[tuple[lis
 
 
 def batcher(rows, batch: int, pad_id: int, seed: int):
+    """Reply-only-loss SFT batches over (ids, prompt length) rows (:func:`polyvox.train.pretrain.sft_batches`)."""
     import torch
 
-    gen = torch.Generator().manual_seed(seed)
-
-    def fn(step):
-        pick = [rows[i] for i in torch.randint(0, len(rows), (batch,), generator=gen).tolist()]
-        width = max(len(r[0]) for r in pick)
-        x = torch.full((batch, width), pad_id)
-        y = torch.full((batch, width), -100)
-        for i, (ids, n_prompt) in enumerate(pick):
-            x[i, : len(ids)] = torch.tensor(ids)
-            y[i, n_prompt: len(ids)] = torch.tensor(ids[n_prompt:])
-        return x, y
-    return fn
+    return sft_batches(rows, batch, pad_id, torch.Generator().manual_seed(seed))
 
 
 def kv_heads(hidden: int) -> int:
