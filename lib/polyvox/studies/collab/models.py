@@ -62,6 +62,13 @@ def build_tokenizer(out: Path, texts: list[str], vocab: int):
     return train_tokenizer(texts, out / "tokenizer", vocab, eos="<|im_end|>")
 
 
+def device() -> str:
+    """Where the pool trains: the GPU when there is one (bf16 autocast in ``train_loop``), else the CPU."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def train_base(out: Path, name: str, spec: dict, tok, pairs, seq_len: int, batch: int, steps: int, lr: float,
                seed: int, progress: bool = False) -> dict:
     import torch
@@ -79,15 +86,16 @@ def train_base(out: Path, name: str, spec: dict, tok, pairs, seq_len: int, batch
                       num_key_value_heads=kv_heads(h), head_dim=32, max_position_embeddings=1024,
                       tie_word_embeddings=True, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                       bos_token_id=None, rope_theta=10000.0)
-    model = Qwen3ForCausalLM(cfg)
+    dev = device()
+    model = Qwen3ForCausalLM(cfg).to(dev)
     log: list = []
     t0 = time.time()
     rows = chat_rows(tok, pairs, seq_len)
-    train_loop(model, batcher(rows, batch, tok.pad_token_id, seed), steps, lr, "cpu", log, name, progress)
+    train_loop(model, batcher(rows, batch, tok.pad_token_id, seed), steps, lr, dev, log, name, progress)
     save(model, tok, out / name)
     n = sum(p.numel() for p in model.parameters())
     card = {"name": name, "parameters": n, **spec, "vocab": len(tok), "steps": steps, "batch": batch, "lr": lr,
-            "examples": len(rows), "seed": seed, "seconds": round(time.time() - t0, 1),
+            "examples": len(rows), "seed": seed, "device": dev, "seconds": round(time.time() - t0, 1),
             "final_loss": log[-1]["loss"], "loss_log": log,
             "stage": "trained from scratch on chat-formatted solo solutions (assistant turn only)"}
     (out / name / "card.json").write_text(json.dumps(card, indent=1) + "\n")
@@ -104,7 +112,8 @@ def train_pd(base_dir: Path, out_dir: Path, pairs, seq_len: int, batch: int, ste
 
     torch.manual_seed(seed)
     tok = AutoTokenizer.from_pretrained(base_dir)
-    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    dev = device()
+    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32).to(dev)
     if mode == "lora":
         model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0,
                                                  target_modules="all-linear", task_type="CAUSAL_LM"))
@@ -112,13 +121,13 @@ def train_pd(base_dir: Path, out_dir: Path, pairs, seq_len: int, batch: int, ste
     t0 = time.time()
     rows = chat_rows(tok, pairs, seq_len)
     random.Random(seed).shuffle(rows)
-    train_loop(model, batcher(rows, batch, tok.pad_token_id, seed), steps, lr, "cpu", log, out_dir.name, progress)
+    train_loop(model, batcher(rows, batch, tok.pad_token_id, seed), steps, lr, dev, log, out_dir.name, progress)
     if mode == "lora":
         model.save_pretrained(out_dir, safe_serialization=True)
     else:
         save(model, tok, out_dir)
     card = {"base": base_dir.name, "mode": mode, "rank": rank if mode == "lora" else None, "steps": steps, "batch": batch, "lr": lr, "examples": len(rows),
-            "seconds": round(time.time() - t0, 1), "final_loss": log[-1]["loss"], "loss_log": log,
+            "device": dev, "seconds": round(time.time() - t0, 1), "final_loss": log[-1]["loss"], "loss_log": log,
             "stage": f"protocol distillation: {'LoRA SFT' if mode == 'lora' else 'full fine-tune'} on this agent's "
                      "coordination-trace turns"}
     (out_dir / "card.json").write_text(json.dumps(card, indent=1) + "\n")

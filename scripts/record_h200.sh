@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The recorded H200 runs: Part IV (benches, world) and the miniatures of Parts II and III.
+# Usage: scripts/record_h200.sh OUTDIR [benches|world|personas|collab] [seconds]
+#   benches  -> bench/results/{sampling,rl}-h200.json
+#   world    -> polyvox world run --scale h200     (recorded in data/runs/world)
+#   personas -> polyvox personas run --scale h200  (recorded in data/runs/personas-h200)
+#   collab   -> polyvox collab run --scale h200    (recorded in data/runs/collab-h200, models in data/models/collab-h200)
+# Runs are resumable: a second call continues where the first stopped (same OUTDIR).
+set -u
+out=${1:-runs/world-h200}; what=${2:-world}; budget=${3:-540}
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+quiet() { grep -v -E "it/s\]|s/it\]|Loading weights|sample/s|Warning|warn"; }
+case "$what" in
+  benches)
+    python3 bench/sampling.py --prompts 128 --n 8 --max-tokens 128 --batch-size 256 --rounds 3 \
+      --out bench/results/sampling-h200.json 2>&1 | grep -v Warning | tail -25
+    python3 bench/rl_step.py --rounds 3 --steps-per-round 3 --out bench/results/rl-h200.json 2>&1 \
+      | grep -v -i warning | tail -40 ;;
+  world|personas|collab)
+    timeout "$budget" python3 -m polyvox.cli "$what" run --out "$out" --scale h200 2>&1 | quiet | tail -30
+    echo "$what run exit: ${PIPESTATUS[0]}" ;;
+  *) echo "usage: $0 OUTDIR [benches|world|personas|collab] [seconds]" >&2; exit 2 ;;
+esac
