@@ -218,11 +218,39 @@ class ExecutionFailure:
     message: str
 
 
+def _kernel_manager_class(log: Path):
+    """A kernel manager whose kernel talks over IPC (Unix sockets in Jupyter's runtime folder, not
+    loopback TCP: ipykernel rightly warns about unencrypted TCP) and whose process writes its own
+    stdout/stderr (kernel-level logs, a shutdown interrupt's "KeyboardInterrupt caught in kernel")
+    to ``log`` instead of the terminal. A chapter's outputs and errors travel over the kernel's
+    channels as before; a failure message names the log."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class BookKernelManager(AsyncKernelManager):
+        def __init__(self, **kwargs):
+            kwargs.setdefault("transport", "ipc")
+            super().__init__(**kwargs)
+
+        async def _async_launch_kernel(self, kernel_cmd, **kw):
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "ab") as fh:  # the child keeps its own copy of the descriptor
+                kw.setdefault("stdout", fh)
+                kw.setdefault("stderr", subprocess.STDOUT)
+                return await super()._async_launch_kernel(kernel_cmd, **kw)
+
+    return BookKernelManager
+
+
 def execute(chapter: Chapter, params: dict, output: Path, root: Path) -> None:
-    """Run one notebook with papermill into output; raise BookError with notebook/cell/error on failure."""
+    """Run one notebook with papermill into output; raise BookError with notebook/cell/error on failure.
+
+    The kernel's own process output goes to ``<output>.kernel.log`` (see ``_kernel_manager_class``).
+    """
     import papermill as pm
 
     output.parent.mkdir(parents=True, exist_ok=True)
+    log = output.with_name(output.stem + ".kernel.log")
+    log.unlink(missing_ok=True)
     # progress bars inside a chapter are debris in the book (and tqdm's notebook fallback
     # warning carries the venv's absolute path): the kernel inherits TQDM_DISABLE
     saved = os.environ.get("TQDM_DISABLE")
@@ -231,6 +259,7 @@ def execute(chapter: Chapter, params: dict, output: Path, root: Path) -> None:
         pm.execute_notebook(
             str(chapter.source), str(output), parameters=params, cwd=str(root),
             kernel_name="python3", progress_bar=False, log_output=False, request_save_on_cell_execute=False,
+            kernel_manager_class=_kernel_manager_class(log),
         )
     except pm.PapermillExecutionError as exc:
         evalue = str(exc.evalue).strip().splitlines()[-1] if str(exc.evalue).strip() else ""
@@ -238,6 +267,10 @@ def execute(chapter: Chapter, params: dict, output: Path, root: Path) -> None:
             f"{chapter.source.relative_to(root) if chapter.source.is_relative_to(root) else chapter.source}: "
             f"cell {exc.cell_index} (execution count {exc.exec_count}) raised {exc.ename}: {evalue}"
         ) from None
+    except RuntimeError as exc:  # the kernel died or never started: its own output says why
+        tail = log.read_text(errors="replace").strip().splitlines()[-5:] if log.exists() else []
+        raise BookError(f"{chapter.name}: kernel failed ({' '.join(str(exc).split())})"
+                        + (f"; kernel log {log}: " + " | ".join(tail) if tail else "")) from None
     finally:
         if saved is None:
             os.environ.pop("TQDM_DISABLE", None)
@@ -245,6 +278,8 @@ def execute(chapter: Chapter, params: dict, output: Path, root: Path) -> None:
             os.environ["TQDM_DISABLE"] = saved
         if output.exists():
             _relative_paths(output, root)
+        if log.exists() and not log.read_text(errors="replace").strip():
+            log.unlink()
 
 
 def _relative_paths(notebook: Path, root: Path) -> None:
@@ -309,7 +344,7 @@ def build(root: os.PathLike | str | None = None, only: str | None = None, force:
             key_file.write_text(key)
             report.executed.append(ch.name)
         mine = [c for c in corrections if ch.toc_entry in c["chapters"]]
-        render(executed, ch.target, mine)
+        render(executed, ch.target, mine, chapter=ch.name, root=root)
     page = root / "book" / "corrections.md"
     text = corrections_page(corrections)
     if not page.exists() or page.read_text() != text:
