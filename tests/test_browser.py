@@ -1,0 +1,319 @@
+"""The built book in a real browser: Playwright for Python driving Debian's ``chromium``
+(``executable_path``; no browser is ever downloaded — ``.ci/run`` installs the Debian
+package when it is missing), the book served on 127.0.0.1 by a real HTTP server.
+
+Every page is visited once (all ``<details>`` opened) and checked for: elements wider than
+the main column that are not inside a horizontal scroll container, console errors (and
+requests that leave 127.0.0.1: the book must read offline), images without alt text, and
+internal links that do not resolve. Each test reports *every* offending page in one
+assertion message. The explorer is driven: search filters rows, a header click sorts, the
+page-length menu works, and the side-by-side view typesets math (MathJax) for problem ``a``.
+Screenshots of what a reader sees first (1280×900) go to ``_build/screenshots/``.
+
+The book: ``POLYVOX_BOOK_HTML`` (a built ``_build/html``) if set; else the book that
+``tests/test_book.py`` built earlier in this session (its module fixture leaves the first
+build's HTML in ``<basetemp>/book*/_build/html``); else it is built here once.
+"""
+import functools
+import os
+import re
+import shutil
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+VIEWPORT = {"width": 1280, "height": 900}
+SCREENSHOTS = {"intro": "book/intro.html", "accuracy": "book/panel/accuracy.html", "explorer": "book/panel/explorer.html"}
+
+# Elements wider than the main column (article) or sticking out of it, not inside a scroll container.
+WIDTH_CHECK = """() => {
+  const col = document.querySelector('article.bd-article') || document.querySelector('main') || document.body;
+  const c = col.getBoundingClientRect();
+  const scrolls = (el) => { const o = getComputedStyle(el).overflowX; return o === 'auto' || o === 'scroll' || o === 'hidden'; };
+  const name = (el) => el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') +
+      (typeof el.className === 'string' && el.className.trim() ? '.' + el.className.trim().split(/\\s+/).slice(0, 3).join('.') : '');
+  const out = [];
+  const bad = new Set();
+  for (const el of col.querySelectorAll('*')) {
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0) continue;
+    if (r.width <= c.width + 1 && r.left >= c.left - 1 && r.right <= c.right + 1) continue;
+    let contained = false, p = el.parentElement, reported = false;
+    while (p && p !== col) {
+      if (bad.has(p)) { reported = true; break; }
+      if (scrolls(p) && p.getBoundingClientRect().width <= c.width + 1) { contained = true; break; }
+      p = p.parentElement;
+    }
+    if (contained) continue;
+    bad.add(el);
+    if (reported) continue;
+    const text = (el.innerText || '').trim().replace(/\\s+/g, ' ').slice(0, 60);
+    out.push({element: name(el), width: Math.round(r.width), column: Math.round(c.width), text});
+  }
+  const page = document.documentElement.scrollWidth > window.innerWidth + 1 ?
+      {scrollWidth: document.documentElement.scrollWidth, viewport: window.innerWidth} : null;
+  return {offenders: out, page};
+}"""
+
+IMAGES = """() => Array.from(document.querySelectorAll('img')).map(i => ({src: i.getAttribute('src') || '',
+    alt: (i.getAttribute('alt') || '').trim()}))"""
+LINKS = "() => Array.from(document.querySelectorAll('a[href]')).map(a => a.href)"
+MATH_DONE = """async () => { if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    await MathJax.startup.promise; } return true; }"""
+
+
+def chromium_path() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not exe:
+        pytest.fail("Debian's chromium is not installed: apt-get install -y chromium (.ci/run does it)")
+    return exe
+
+
+class _Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="session")
+def book_html(tmp_path_factory, root) -> Path:
+    env = os.environ.get("POLYVOX_BOOK_HTML")
+    if env:
+        return Path(env).resolve()
+    base = tmp_path_factory.getbasetemp()
+    built = sorted(base.glob("book*/_build/html/index.html"), key=lambda p: p.stat().st_mtime)
+    if built:
+        return built[-1].parent
+    import yaml
+    from test_book import copy_book
+
+    from polyvox import book
+
+    dest = copy_book(root, tmp_path_factory.mktemp("browser-book"))
+    (dest / "params.yaml").write_text(yaml.safe_dump({"all": {"data_dir": "data"}}))
+    report = book.build(dest, params_file=dest / "params.yaml", progress=False)
+    assert not report.failures, report.failures
+    return report.html
+
+
+def serve_folder(folder: Path):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(folder)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+@pytest.fixture(scope="session")
+def server(book_html):
+    srv, url = serve_folder(book_html)
+    yield url
+    srv.shutdown()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+def pages_of(html_root: Path) -> list[str]:
+    pages = ["index.html"] + sorted(p.relative_to(html_root).as_posix() for p in (html_root / "book").rglob("*.html"))
+    return pages
+
+
+def open_page(browser, url: str):
+    """A new page at url; returns (page, console errors, requests that left 127.0.0.1)."""
+    page = browser.new_page(viewport=VIEWPORT)
+    errors, external = [], []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
+
+    def route(r):
+        if urllib.parse.urlparse(r.request.url).hostname in ("127.0.0.1", None):
+            r.continue_()
+        else:
+            external.append(r.request.url)
+            r.abort()
+
+    page.route("**/*", route)
+    page.goto(url, wait_until="load")
+    page.evaluate(MATH_DONE)
+    page.wait_for_timeout(300)  # DataTables render after their module loads
+    return page, errors, external
+
+
+@pytest.fixture(scope="session")
+def visited(browser, server, book_html, root):
+    """Every page visited once: findings per page, and the three screenshots."""
+    shots = root / "_build" / "screenshots"
+    shots.mkdir(parents=True, exist_ok=True)
+    found = {}
+    for rel in pages_of(book_html):
+        page, errors, external = open_page(browser, f"{server}/{rel}")
+        for name, target in SCREENSHOTS.items():
+            if rel == target:
+                page.screenshot(path=str(shots / f"{name}.png"))
+        page.evaluate("() => document.querySelectorAll('details').forEach(d => d.open = true)")
+        page.evaluate(MATH_DONE)
+        page.wait_for_timeout(100)
+        found[rel] = {"width": page.evaluate(WIDTH_CHECK), "errors": errors, "external": external,
+                      "images": page.evaluate(IMAGES), "links": page.evaluate(LINKS)}
+        page.close()
+    return found
+
+
+def test_no_element_wider_than_the_main_column(visited):
+    lines = []
+    for rel, f in visited.items():
+        w = f["width"]
+        for o in w["offenders"]:
+            lines.append(f"{rel}: <{o['element']}> {o['width']} px in a {o['column']} px column ({o['text']!r})")
+        if w["page"]:
+            lines.append(f"{rel}: the page scrolls sideways ({w['page']['scrollWidth']} px in {w['page']['viewport']} px)")
+    assert not lines, f"{len(lines)} element(s) wider than the main column, not in a scroll container:\n" + "\n".join(lines)
+
+
+def test_no_console_errors_and_no_requests_off_the_machine(visited):
+    lines = [f"{rel}: console: {e[:200]}" for rel, f in visited.items() for e in dict.fromkeys(f["errors"])]
+    lines += [f"{rel}: requested {u} (the book must read offline)" for rel, f in visited.items()
+              for u in dict.fromkeys(f["external"])]
+    assert not lines, f"{len(lines)} console error(s) / external request(s):\n" + "\n".join(lines)
+
+
+def test_every_image_has_alt_text(visited):
+    lines = []
+    for rel, f in visited.items():
+        for img in f["images"]:
+            alt, src = img["alt"], img["src"]
+            if not alt:
+                lines.append(f"{rel}: <img src={src!r}> has no alt text")
+            elif re.fullmatch(r"[\w./-]+\.(png|svg|jpe?g|gif)", alt) or alt == src:
+                lines.append(f"{rel}: <img src={src!r}> has its file path as alt text ({alt!r})")
+    assert not lines, f"{len(lines)} image(s) without alt text:\n" + "\n".join(lines)
+
+
+def test_every_internal_link_resolves(visited, server):
+    cache: dict[str, str | None] = {}
+
+    def fetch(url):
+        if url not in cache:
+            try:
+                with urllib.request.urlopen(url, timeout=10) as r:
+                    cache[url] = r.read().decode("utf-8", "replace") if url.endswith(".html") else ""
+            except (urllib.error.URLError, OSError):
+                cache[url] = None
+        return cache[url]
+
+    lines = []
+    for rel, f in visited.items():
+        for href in dict.fromkeys(f["links"]):
+            if not href.startswith(server):
+                continue
+            target, _, frag = href.partition("#")
+            body = fetch(target)
+            if body is None:
+                lines.append(f"{rel}: link to {href[len(server):]} does not resolve")
+            elif frag and target.endswith(".html") and not re.search(
+                    rf"""(id|name)=["']{re.escape(urllib.parse.unquote(frag))}["']""", body):
+                lines.append(f"{rel}: link to {href[len(server):]}: no anchor #{frag} there")
+    assert not lines, f"{len(lines)} internal link(s) broken:\n" + "\n".join(lines)
+
+
+def test_screenshots_of_intro_a_part_one_chapter_and_the_explorer(visited, root):
+    for name in SCREENSHOTS:
+        shot = root / "_build" / "screenshots" / f"{name}.png"
+        assert shot.exists() and shot.stat().st_size > 10_000, shot
+
+
+def _column(page, table, title):
+    heads = [h.strip() for h in table.locator("thead th").all_inner_texts()]
+    idx = heads.index(title)
+    return [r.locator("td").nth(idx).inner_text().strip() for r in table.locator("tbody tr").all()]
+
+
+def test_explorer_search_filters_header_click_sorts_and_math_renders(browser, server):
+    page, errors, _ = open_page(browser, f"{server}/book/panel/explorer.html")
+    container = page.locator(".dt-container").first
+    table = container.locator("table.dataTable").last
+    rows = lambda: table.locator("tbody tr").count()  # noqa: E731
+    assert rows() == 10  # the first page of 20 problems
+    # the page-length menu shows its choices and changes the page
+    menu = container.locator("select")
+    assert menu.locator("option").all_inner_texts()[:2] == ["10", "25"]
+    box = menu.bounding_box()
+    assert box and box["width"] >= 30, f"page-length menu {box}"
+    menu.select_option("25")
+    assert rows() == 20
+    # typing in the search box filters rows
+    container.locator("input[type=search]").fill("circle")
+    page.wait_for_timeout(300)
+    texts = table.locator("tbody tr").all_inner_texts()
+    assert 1 <= len(texts) < 20 and all("circle" in t.lower() for t in texts), texts
+    container.locator("input[type=search]").fill("")
+    page.wait_for_timeout(300)
+    assert rows() == 20
+    # a click on the header text (not only its arrow) sorts by that column, a second click reverses
+    header = table.locator("thead th", has_text="thinking: words")
+    header.locator(".dt-column-title").click() if header.locator(".dt-column-title").count() else header.click()
+    first = [int(x) for x in _column(page, table, "thinking: words")]
+    assert first == sorted(first) and first != [int(x) for x in sorted(first, reverse=True)]
+    header.click()
+    second = [int(x) for x in _column(page, table, "thinking: words")]
+    assert second == sorted(second, reverse=True)
+    # side by side: problem a (the circle through (0,0), (8,0), (0,6)) with math typeset by MathJax
+    pair = page.locator(".pv-explore", has_text="Problem a").first
+    assert "A circle passes through the points" in pair.inner_text()
+    assert pair.locator("mjx-container").count() >= 5, "no MathJax-rendered math in the side-by-side view"
+    assert "\\(" not in pair.inner_text() and "\\n" not in pair.inner_text()
+    assert not errors, errors
+    page.close()
+
+
+WIDE_TABLE = ("<table id='wide-inline'><tr>" + "".join(f"<td style='white-space:nowrap'>column {i}: 0.000000</td>"
+                                                      for i in range(40)) + "</tr></table>")
+
+
+def _flagged(browser, folder: Path, name: str) -> list[str]:
+    srv, url = serve_folder(folder)
+    try:
+        page = browser.new_page(viewport=VIEWPORT)
+        page.goto(f"{url}/{name}", wait_until="load")
+        found = page.evaluate(WIDTH_CHECK)
+        page.close()
+    finally:
+        srv.shutdown()
+    return [o["element"] for o in found["offenders"]]
+
+
+def test_width_check_flags_a_wide_inline_table_in_a_built_page(browser, book_html, tmp_path):
+    """The check can fail: a temp copy of a built chapter with a wide table inline is flagged,
+    the same table inside a horizontal scroll container is not."""
+    shutil.copytree(book_html, tmp_path / "html")
+    page = tmp_path / "html/book/panel/length.html"
+    text = page.read_text()
+    marker = re.search(r"<article[^>]*bd-article[^>]*>", text)
+    assert marker, "no article.bd-article in the built page"
+    cut = marker.end()
+    (tmp_path / "html/book/panel/wide.html").write_text(text[:cut] + WIDE_TABLE + text[cut:])
+    scroll = f"<div style='overflow-x:auto'>{WIDE_TABLE.replace('wide-inline', 'wide-scrolled')}</div>"
+    (tmp_path / "html/book/panel/scrolled.html").write_text(text[:cut] + scroll + text[cut:])
+    wide = _flagged(browser, tmp_path / "html", "book/panel/wide.html")
+    assert "table#wide-inline" in wide, wide
+    assert not any("wide-scrolled" in e for e in _flagged(browser, tmp_path / "html", "book/panel/scrolled.html"))
+
+
+def test_width_check_on_a_tiny_fixture_page(browser, tmp_path):
+    body = ("<main><article class='bd-article' style='width:700px'><p>fits</p>" + WIDE_TABLE
+            + f"<div style='overflow-x:auto'>{WIDE_TABLE.replace('wide-inline', 'wide-scrolled')}</div>"
+            + "</article></main>")
+    (tmp_path / "p.html").write_text(f"<!doctype html><html><body>{body}</body></html>")
+    assert _flagged(browser, tmp_path, "p.html") == ["table#wide-inline"]
