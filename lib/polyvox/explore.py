@@ -223,11 +223,11 @@ def load(runs=None, data_dir="data", grade: bool = True,
     if runs is None or runs == "":
         return published(data_dir, graded_categories)
     if isinstance(runs, dict):
-        named = [(str(k), Path(v)) for k, v in runs.items()]
+        named = [(str(k), _data_dir(v)) for k, v in runs.items()]
     elif isinstance(runs, (list, tuple)):
-        named = [(_name(Path(r), Path(r)), Path(r)) for r in runs]
+        named = [(_name(_data_dir(r), _data_dir(r)), _data_dir(r)) for r in runs]
     else:
-        root = Path(runs)
+        root = _data_dir(runs)
         named = [(_name(d, root), d) for d in find_runs(root)]
     frames, problems, notes = [], {}, []
     for name, folder in named:
@@ -240,6 +240,8 @@ def load(runs=None, data_dir="data", grade: bool = True,
 
 
 def _data_dir(data_dir) -> Path:
+    """A relative path as given when it exists, else against the repository root (a notebook
+    opened from notebooks/<part>/ names runs/ and data/ as the book's build does)."""
     p = Path(data_dir)
     if p.is_absolute() or p.exists():
         return p
