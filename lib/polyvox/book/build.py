@@ -353,9 +353,35 @@ def build(root: os.PathLike | str | None = None, only: str | None = None, force:
         missing = [c.name for c in all_chapters if not c.target.exists()]
         if missing:
             raise BookError(f"cannot build HTML: chapters never executed: {', '.join(missing)}")
+        write_findings(root)
         report.html = run_jupyter_book(root)
     report.seconds = time.perf_counter() - t0
+    write_build_manifest(root, report, overrides)
     return report
+
+
+FINDINGS = CACHE_DIR / "findings.md"  # included by book/intro.md
+
+
+def write_findings(root: Path) -> Path:
+    """The intro's findings summary, computed from the records now (seconds; rewritten only when it changes)."""
+    from .findings import findings, findings_markdown
+
+    path = root / FINDINGS
+    text = findings_markdown(findings(root))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    return path
+
+
+def write_build_manifest(root: Path, report: "BuildReport", params: dict) -> Path:
+    """_build/.polyvox/manifest.json: chapters executed and cached, parameters, versions, git commit ("-dirty")."""
+    from ..records import now_iso, write_manifest
+
+    return write_manifest(root / CACHE_DIR, kind="book build", finished=now_iso(), executed=report.executed,
+                          cached=report.cached, failures=[f.chapter for f in report.failures], parameters=params,
+                          html=str(report.html.relative_to(root)) if report.html else None)
 
 
 def run_jupyter_book(root: Path) -> Path:

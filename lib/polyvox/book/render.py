@@ -234,11 +234,13 @@ def render(executed: Path, target: Path, corrections: list[dict], chapter: str |
     if corrections:  # under the title: what the authors withdrew comes first
         banner = nbformat.v4.new_markdown_cell(banner_markdown(corrections))
         banner.metadata["tags"] = ["polyvox-corrections"]
+        banner.id = "polyvox-corrections"  # fixed ids: an unchanged render writes the same bytes
         nb.cells.insert(at, banner)
         at += 1
     if chapter:
         box = nbformat.v4.new_markdown_cell(rerun_markdown(chapter, parameters_of(params_source or "")))
         box.metadata["tags"] = ["polyvox-rerun"]
+        box.id = "polyvox-rerun"
         nb.cells.insert(at, box)
     text = nbformat.writes(nb)
     target.parent.mkdir(parents=True, exist_ok=True)

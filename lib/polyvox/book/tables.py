@@ -105,7 +105,7 @@ def format_value(x, kind: str) -> str:
         return ("" if v > 0 else MINUS) + "∞"
     if kind == "p" and 0 < abs(v) < 10 ** -k.decimals:
         mant, exp = f"{v:.1e}".split("e")
-        return f"{mant}e{MINUS if int(exp) < 0 else ''}{abs(int(exp)):02d}"
+        return f"{mant.replace('-', MINUS)}e{MINUS if int(exp) < 0 else ''}{abs(int(exp)):02d}"
     rounded = round(v, k.decimals)
     if rounded == 0:
         rounded = 0.0  # no negative zero: -0.00004 prints as 0.0000
