@@ -81,7 +81,8 @@ class Rollouts:
 
     # -------------------------------------------------------------- table
     def table(self, systems: list | None = None) -> pd.DataFrame:
-        """Problems × systems: per system correctness, mean length and cap hits (one row per problem)."""
+        """Problems × systems: per system correctness, mean length and cap hits (one row per problem),
+        then the gold and the problem text."""
         systems = self._systems(systems)
         t = self.traces[self.traces["system"].isin(systems)]
         single = bool((t.groupby(["system", "problem_id"]).size() == 1).all())
@@ -106,6 +107,7 @@ class Rollouts:
                     row[f"{s}: mean {self.length_unit}"] = round(float(sub["length"].mean()), 1) if len(sub) else None
                     row[f"{s}: cap hits"] = int(sub["cap_hit"].sum())
                     row[f"{s}: samples"] = int(len(sub))
+            row["gold"], row["text"] = row.pop("gold"), row.pop("text")  # correctness first, texts last
             rows.append(row)
         return pd.DataFrame(rows)
 
@@ -428,7 +430,8 @@ STYLE = """<style>
 .pv-col{flex:1 1 20em;min-width:0;max-width:100%}
 .pv-sys{font-weight:bold;margin-bottom:0.3em}
 .pv-facts{font-weight:normal}
-.pv-final{border-left:3px solid #7a9;padding-left:0.6em;margin-bottom:0.6em;overflow-x:auto}
+.pv-final{border-left:3px solid #7a9;padding-left:0.6em;margin-bottom:0.6em;max-height:30em;overflow:auto}
+.pv-md h1,.pv-md h2,.pv-md h3,.pv-md h4,.pv-md h5,.pv-md h6{font-size:1em;font-weight:bold;margin:0.6em 0 0.3em 0}
 .pv-scroll{max-height:36em;overflow:auto;border:1px solid #ddd;padding:0.3em 0.6em;font-size:0.9em}
 .pv-md{overflow-x:auto;max-width:100%}
 .pv-md pre{white-space:pre-wrap}
@@ -445,9 +448,12 @@ def table_html(df: pd.DataFrame, page_length: int = 10) -> str:
     from itables import to_html_datatable
 
     lengths = sorted({10, 25, 50, 100, page_length})
+    widths = [{"targets": [i], "className": f"pv-{c}"} for i, c in enumerate(df.columns) if c in ("text", "gold")]
     return (TABLE_STYLE + to_html_datatable(
         df, connected=False, showIndex=False, pageLength=page_length, lengthMenu=lengths,
         classes="display compact cell-border", scrollX=True, autoWidth=False,
+        # itables' default makes only the 6 px arrow a sort target (header text selectable): the whole header sorts
+        text_in_header_can_be_selected=False, columnDefs=widths,
         layout={"topStart": "pageLength", "topEnd": "search", "bottomStart": "info", "bottomEnd": "paging"}))
 
 
@@ -460,6 +466,8 @@ TABLE_STYLE = """<style>
 .dt-container input.dt-input{border:1px solid #aaa;border-radius:3px;padding:0.15em 0.4em;color:inherit}
 .dt-container table.dataTable thead th{cursor:pointer;white-space:normal;vertical-align:bottom}
 .dt-container table.dataTable td{vertical-align:top}
+.dt-container table.dataTable td.pv-text{min-width:22em}
+.dt-container table.dataTable td.pv-gold{min-width:9em}
 </style>"""
 
 
