@@ -100,3 +100,16 @@ def test_published_loader_reports_bad_row(tmp_path):
     (bad / "summary.json").write_text("{}")
     with pytest.raises(RecordError, match=r"per_problem.jsonl:2: missing field 'n_correct'"):
         published.band_records(tmp_path, "panel")
+
+
+def test_manifest_records_the_checkout_commit_or_the_override(tmp_path, monkeypatch):
+    from polyvox.records import git_commit, write_manifest
+
+    monkeypatch.delenv("POLYVOX_GIT_COMMIT", raising=False)
+    head = git_commit()
+    assert head is not None and len(head.split("-")[0]) == 40  # tests run from a checkout
+    write_manifest(tmp_path / "a", settings={})
+    assert json.loads((tmp_path / "a" / "manifest.json").read_text())["git_commit"] == head
+    monkeypatch.setenv("POLYVOX_GIT_COMMIT", "0123abc-dirty")
+    write_manifest(tmp_path / "b", settings={})
+    assert json.loads((tmp_path / "b" / "manifest.json").read_text())["git_commit"] == "0123abc-dirty"

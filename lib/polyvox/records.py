@@ -307,8 +307,16 @@ def portable_path(path: os.PathLike | str | None) -> str | None:
 
 
 def git_commit() -> str | None:
-    """The checkout's commit, with "-dirty" when tracked files changed; None outside a git checkout."""
+    """The checkout's commit, with "-dirty" when tracked files changed; None outside a git checkout.
+
+    ``POLYVOX_GIT_COMMIT`` overrides it, for copies whose ``.git`` is not the code's (a remote
+    machine sent a working tree with an older ``.git``; an unpacked archive).
+    """
+    import os
     import subprocess
+
+    if os.environ.get("POLYVOX_GIT_COMMIT"):
+        return os.environ["POLYVOX_GIT_COMMIT"]
 
     here = Path(__file__).resolve().parent
     try:
