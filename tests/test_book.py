@@ -5,6 +5,7 @@ whole book there (every chapter through papermill = the chapters' smoke test); t
 other tests look at what it produced, then change inputs and rebuild.
 """
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -58,11 +59,95 @@ def test_html_has_figures_corrections_and_banners(built):
         assert "# Parameters" not in page, f"{chapter}: papermill's injected cell is visible"
     for chapter in ("accuracy", "dispersion", "length"):
         assert "Correction of 2026-09-23" in (html / "book" / "panel" / f"{chapter}.html").read_text()
+    assert len(re.findall(r"<h2>2026-09-23 — ", (html / "book" / "corrections.html").read_text())) == 5
     assert "Correction of" not in (html / "book" / "panel" / "explorer.html").read_text()
     corrections = (html / "book" / "corrections.html").read_text()
     assert "2026-09-23" in corrections and "wider search" in corrections
-    explorer = (html / "book" / "panel" / "explorer.html").read_text()
-    assert explorer.count("<details>") == 20
+
+PANEL = ("accuracy", "length", "dispersion", "variance_band")
+
+
+def _pages(html: Path):
+    return sorted(p for p in html.rglob("*.html") if "_static" not in p.parts)
+
+
+def test_panel_figures_are_numbered_with_captions_and_alt_text(built):
+    dest, report, _ = built
+    for chapter in PANEL:
+        page = (report.html / "book" / "panel" / f"{chapter}.html").read_text()
+        figures = re.findall(r"<figure[^>]*>(.*?)</figure>", page, re.S)
+        imgs = re.findall(r"<img [^>]*>", page)
+        assert figures and len(figures) == len(imgs), chapter
+        for fig in figures:
+            alt = re.search(r'<img [^>]*alt="([^"]*)"', fig).group(1)
+            assert len(alt) > 20 and not alt.endswith(".png"), (chapter, alt)
+            assert re.search(r'<span class="caption-number">Fig\. \d+ </span><span class="caption-text">[^<]{20,}',
+                             fig), chapter
+            png = re.search(r'src="([^"]+\.png)"', fig).group(1)
+            data = (report.html / "book" / "panel" / png).resolve().read_bytes()
+            assert int.from_bytes(data[16:20], "big") >= 900, (chapter, png)  # ≥ 6 inches at 150 dpi
+
+
+def test_every_panel_table_is_styled_and_downloadable(built):
+    dest, report, _ = built
+    for chapter in PANEL:
+        page = (report.html / "book" / "panel" / f"{chapter}.html").read_text()
+        tables = page.count('<table class="pv-table">')
+        links = re.findall(r'<a class="reference download internal" download="" href="([^"]+\.csv)"', page)
+        assert tables >= 2 and len(links) == tables, (chapter, tables, len(links))
+        for href in links:
+            f = (report.html / "book" / "panel" / href).resolve()
+            assert f.is_file() and f.read_text().count("\n") >= 2, (chapter, href)
+        assert "dataframe" not in page, f"{chapter}: a raw pandas table is left"
+        assert "-0.0000" not in page and "NaN" not in page, chapter
+
+
+def test_every_chapter_opens_with_a_rerun_box(built, root):
+    dest, report, _ = built
+    for ch in book.chapters(root):
+        page = (report.html / f"{ch.toc_entry}.html").read_text()
+        assert "Re-run this chapter" in page and f"polyvox<span class=\"w\"> </span>run<span class=\"w\"> </span>" \
+            f"{ch.name}" in page, ch.name
+
+
+def test_the_intro_summarises_the_findings_with_computed_statuses(built):
+    dest, report, _ = built
+    intro = (report.html / "book" / "intro.html").read_text()
+    assert "What was found" in intro and "sampling engine lands" not in intro
+    assert intro.count("✅ reproduced") >= 5 and intro.count("⛔ withdrawn by its authors") == 5
+    assert "❓ not computed" not in intro
+    for part in ("panel/accuracy", "panel/variance_band", "personas/persona_basis", "collab/audit", "world/replication"):
+        assert f'href="{part}.html"' in intro, part
+
+
+def test_pages_declare_thebe_once_at_most_and_link_only_existing_files(built):
+    dest, report, _ = built
+    for page in _pages(report.html):
+        text = page.read_text()
+        assert text.count("const THEBE_JS_URL") <= 1, page
+        for href in re.findall(r'(?:href|src)="(?![a-z]+:)([^"#?]+)', text):
+            assert (page.parent / href).resolve().exists(), (page.relative_to(report.html), href)
+
+
+def test_executed_chapters_have_no_stderr_or_progress_debris(built, root):
+    dest, _, _ = built
+    for ch in book.chapters(root):
+        nb = nbformat.read(dest / "book" / f"{ch.name}.ipynb", as_version=4)
+        streams = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "stream"]
+        bad = [o.text[:120] for o in streams if o.name == "stderr" or "Warning" in o.text or "%|" in o.text]
+        assert not bad, (ch.name, bad)
+
+
+def test_a_healthy_build_prints_no_kernel_warning_and_records_the_commit(built):
+    dest, _, params = built
+    cli = subprocess.run([sys.executable, "-m", "polyvox.cli", "book", "build", "--only", "panel/length", "--force",
+                          "--no-html", "--params", str(params)], cwd=dest, capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr
+    out = cli.stdout + cli.stderr
+    for noise in ("IPKernelApp", "without encryption", "KeyboardInterrupt", "Traceback", "WARNING"):
+        assert noise not in out, (noise, out[-2000:])
+    manifest = json.loads((dest / "_build/.polyvox/manifest.json").read_text())
+    assert manifest["executed"] == ["panel/length"] and "git_commit" in manifest
 
 
 def test_published_tables_reproduce_in_the_built_chapters(built):

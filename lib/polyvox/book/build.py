@@ -252,9 +252,13 @@ def execute(chapter: Chapter, params: dict, output: Path, root: Path) -> None:
     log = output.with_name(output.stem + ".kernel.log")
     log.unlink(missing_ok=True)
     # progress bars inside a chapter are debris in the book (and tqdm's notebook fallback
-    # warning carries the venv's absolute path): the kernel inherits TQDM_DISABLE
-    saved = os.environ.get("TQDM_DISABLE")
-    os.environ["TQDM_DISABLE"] = "1"
+    # warning carries the venv's absolute path): the kernel inherits TQDM_DISABLE, and the
+    # one warning tqdm.auto gives on import without ipywidgets ("IProgress not found") is
+    # filtered by its message; every other warning still shows
+    quiet = {"TQDM_DISABLE": "1",
+             "PYTHONWARNINGS": ",".join(x for x in (os.environ.get("PYTHONWARNINGS"), "ignore:IProgress not found") if x)}
+    saved = {k: os.environ.get(k) for k in quiet}
+    os.environ.update(quiet)
     try:
         pm.execute_notebook(
             str(chapter.source), str(output), parameters=params, cwd=str(root),
@@ -272,10 +276,11 @@ def execute(chapter: Chapter, params: dict, output: Path, root: Path) -> None:
         raise BookError(f"{chapter.name}: kernel failed ({' '.join(str(exc).split())})"
                         + (f"; kernel log {log}: " + " | ".join(tail) if tail else "")) from None
     finally:
-        if saved is None:
-            os.environ.pop("TQDM_DISABLE", None)
-        else:
-            os.environ["TQDM_DISABLE"] = saved
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         if output.exists():
             _relative_paths(output, root)
         if log.exists() and not log.read_text(errors="replace").strip():

@@ -43,7 +43,7 @@ import pandas as pd
 
 MISSING = "—"
 MINUS = "−"  # U+2212: a real minus sign, the width of a plus
-COLUMN_PX = 784  # the book's text column (sphinx-book-theme, desktop)
+COLUMN_PX = 680  # the book's text column at a 1400-px window (sphinx-book-theme: about 690 px of text)
 CHAR_PX = 7.6  # an average character of the table font at 0.85 rem
 CELL_PAD_PX = 14
 MIME = "application/vnd.polyvox.table+json"  # raw values and name; the render step writes the CSV
