@@ -236,8 +236,8 @@ def test_shipped_records_recompute(root):
     pool's cost weights come from the shipped models' parameter counts."""
     from polyvox.studies.collab import analysis
 
-    runs = analysis.load(root / "data/runs/collab-cpu/eval")
-    weights = analysis.cost_weights(root / "data/models/collab-cpu")
+    runs = analysis.load(root / "data/runs/collab-h200/eval")
+    weights = analysis.cost_weights(root / "data/models/collab-h200")
     assert set(weights) == {"small", "mid", "big", "large"} and weights["small"] < weights["mid"] < weights["big"] < weights["large"]
     assert {"solo-small", "solo-large", "cl", "cl-pd", "cl-base", "homo", "sample-small", "sample-mid"} <= set(runs)
     ids = [r["id"] for r in runs["cl"]]
@@ -306,11 +306,11 @@ def test_paired_tests_and_topology_from_records(root):
     t = analysis.exact_mcnemar([1, 1, 1, 0, 1], [0, 0, 0, 0, 1])
     assert (t["a_only"], t["b_only"]) == (3, 0) and t["p"] == pytest.approx(0.25)
     assert analysis.verdict({"a_only": 11, "b_only": 0, "p": 0.001}) == "higher"
-    runs = analysis.load(root / "data/runs/collab-cpu/eval")
+    runs = analysis.load(root / "data/runs/collab-h200/eval")
     topo = analysis.topology(runs["cl"]).set_index("agent")
     h = analysis.handoffs(runs["cl"])
     assert topo.turns.sum() == sum(len(r["turns"]) for r in runs["cl"]) == len(h)
     assert (topo.retries + topo["voluntary hand-offs"] + topo["forced hand-offs"]).sum() + len(runs["cl"]) == len(h)
     assert topo.violations.sum() == analysis.violations(runs["cl"])["violations"]
-    prov = analysis.provenance(root / "data/runs/collab-cpu/eval", full=True).set_index("arm")
+    prov = analysis.provenance(root / "data/runs/collab-h200/eval", full=True).set_index("arm")
     assert prov.loc["solo-small", "weights"] == "base (no PD)" and "RL" in prov.loc["cl", "weights"]

@@ -109,7 +109,7 @@ def test_pipeline_smoke_end_to_end_and_resume(tmp_path, root):
 
 @pytest.mark.slow
 def test_chapter_builds_from_the_shipped_run(tmp_path, root):
-    """The Part II chapter executes offline from data/runs/personas-cpu (papermill, through `polyvox run`)."""
+    """The Part II chapter executes offline from data/runs/personas-h200 (papermill, through `polyvox run`)."""
     nb = root / "notebooks" / "personas" / "persona_basis.ipynb"
     done = subprocess.run([sys.executable, "-m", "polyvox.cli", "run", str(nb), "--out", str(tmp_path / "ch")],
                           cwd=root, capture_output=True, text=True)

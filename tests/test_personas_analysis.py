@@ -6,7 +6,7 @@ import pytest
 
 from polyvox.studies.personas import analysis as A
 
-RUN = Path(__file__).resolve().parents[1] / "data" / "runs" / "personas-cpu"
+RUN = Path(__file__).resolve().parents[1] / "data" / "runs" / "personas-h200"
 ARMS, SEEDS = ("forward", "reverse"), (0, 1, 2)
 
 

@@ -56,9 +56,10 @@ from pathlib import Path
 from typing import Callable
 
 from ..adapters import portable_config
-from ..records import append_jsonl, now_iso, write_manifest
+from ..records import append_jsonl, now_iso, portable_path, write_manifest
 
 LOSSES = ("forward", "reverse")
+PATH_FIELDS = ("model", "out")  # written repo-relative into the manifest
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -234,6 +235,7 @@ def train(cfg: DistillConfig, student_prompts: list[str], teacher_prompts: list[
                "step_seconds_median": round(sorted(step_times)[len(step_times) // 2], 4),
                "teacher_sequence_seconds": round(seq_seconds, 2),
                "mean_sequence_tokens": round(sum(map(len, seqs)) / len(seqs), 2), "examples": len(seqs)}
-    write_manifest(out, settings=asdict(cfg), started=started, finished=now_iso(), status="complete", **summary)
+    settings = {**asdict(cfg), **{k: portable_path(v) for k, v in asdict(cfg).items() if k in PATH_FIELDS and v}}
+    write_manifest(out, settings=settings, started=started, finished=now_iso(), status="complete", **summary)
     return summary
 

@@ -253,7 +253,7 @@ def _train(cfg: RLConfig, progress: bool = True) -> Path:
         if device == "cuda":
             torch.cuda.empty_cache()
     write_manifest(out, config=summary, status="complete", finished=now_iso(), device=device, earlier_attempts=attempts,
-                   final_adapter=adapter, seconds=round(time.time() - t_start, 1))
+                   final_adapter=portable_path(adapter), seconds=round(time.time() - t_start, 1))
     return Path(adapter)
 
 

@@ -5,8 +5,9 @@ order; each writes ``<out>/<stage>/manifest.json`` with its settings, status and
 and a stage whose manifest says complete under the same settings is skipped (a folder
 holding another scale's stage is refused). Within ``eval`` every system is a resumable
 trajectory run (:func:`.scheduler.run`), so a killed evaluation resumes question by question.
-Scales: ``configs/collab/<scale>.yaml`` (``smoke``: seconds, plumbing only; ``cpu``: the
-recorded runs; ``h200``: full scale, documented, not run here). A scale with an
+Scales: ``configs/collab/<scale>.yaml`` (``smoke``: seconds, plumbing only; ``h200``: the
+recorded runs, one H200; ``cpu``: that recipe with a smaller test set, for a CPU; ``full``:
+the study's scale, documented, not run here). A scale with an
 ``endpoints`` section evaluates OpenAI-compatible servers (``vllm serve`` of the Qwen3
 agents with their PD/SLS LoRA adapters) instead of the miniature pool; its training
 stages are then recorded as external (the adapters were trained elsewhere; the

@@ -3,7 +3,7 @@
     polyvox judge plan  --a FILE:SYSTEM --b FILE:SYSTEM --out DIR [--judge rubric|openai ...]
     polyvox judge run   --a FILE:SYSTEM --b FILE:SYSTEM --out DIR [--judge ...] [--retry-unparseable]
     polyvox judge tally --a FILE:SYSTEM --b FILE:SYSTEM --out DIR [--by pick_size,preference]
-    polyvox judge tally --run data/runs/personas-cpu          # every comparison of a recorded run
+    polyvox judge tally --run data/runs/personas-h200          # every comparison of a recorded run
     polyvox personas run --scale cpu --out DIR [--stages router,heads,generate,systems,judge]
 
 ``--judge rubric`` is the persona world's program judge (free); ``--judge openai`` asks a

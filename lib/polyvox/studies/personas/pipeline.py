@@ -3,8 +3,9 @@
 ``polyvox personas run --scale SCALE --out DIR`` runs every stage in order; each stage writes
 ``<out>/<stage>/…`` with a ``manifest.json`` of its settings and is skipped when complete
 under the same settings (a folder holding another scale's stage is refused). Scales are
-``configs/personas/<scale>.yaml`` (``smoke``: seconds, plumbing only; ``cpu``: the recorded
-runs; ``h200``: the full-scale configuration, documented, not run here), read by
+``configs/personas/<scale>.yaml`` (``smoke``: seconds, plumbing only; ``h200``: the recorded
+runs, one H200; ``cpu``: the same recipe on a CPU; ``full``: the study's scale, documented, not
+run here), read by
 :func:`load_scale` for the command and the chapters.
 
 - ``router/``: features of the base model (:func:`.router.features`), the MLP, its test picks
