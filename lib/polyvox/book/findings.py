@@ -175,7 +175,7 @@ def _personas(root: Path) -> list[Finding]:
 
     from ..studies.personas import analysis as A
 
-    run = root / "data" / "runs" / "personas-cpu"
+    run = root / "data" / "runs" / "personas-h200"
     published = yaml.safe_load((root / "data" / "personas" / "run21_published.yaml").read_text())
     out = [Finding("personas", f"run21 (forward KL): router heads' win rates, {published['test_prompts']} test prompts, "
                    "LLM judge", "published only", "transcribed from the study's README; per-prompt verdicts were not "
@@ -216,7 +216,7 @@ def _collab(root: Path) -> list[Finding]:
                        f"recounted from the log's rows: {n_correct} of {n_rows} = {acc:.2f}% (Δ {d:+.3f} points, "
                        f"tolerance {PP_TOL} points); but {first} of the {n_correct} correct rows were scored from the "
                        "first tentative answer", "book/collab/audit"))
-    run_dir, models_dir = data / "runs" / "collab-cpu", data / "models" / "collab-cpu"
+    run_dir, models_dir = data / "runs" / "collab-h200", data / "models" / "collab-h200"
     runs = A.load(run_dir / "eval")
     systems = {k: v for k, v in {**runs, **A.derived_systems(runs)}.items() if not k.startswith("sample-")}
     sc = A.scores(systems, A.cost_weights(models_dir))
