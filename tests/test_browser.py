@@ -32,10 +32,18 @@ pytestmark = pytest.mark.slow
 VIEWPORT = {"width": 1280, "height": 900}
 SCREENSHOTS = {"intro": "book/intro.html", "accuracy": "book/panel/accuracy.html", "explorer": "book/panel/explorer.html"}
 
-# Elements wider than the main column (article) or sticking out of it, not inside a scroll container.
+# Elements wider than their column, or sticking out of it, not inside a horizontal scroll container.
+# The column is the main one (article); a cell tagged full-width (Jupyter Book's tag) may use the
+# whole main area (article and right margin) and is itself the column of what it holds.
 WIDTH_CHECK = """() => {
   const col = document.querySelector('article.bd-article') || document.querySelector('main') || document.body;
-  const c = col.getBoundingClientRect();
+  const area = (document.querySelector('main.bd-main') || document.querySelector('main') || document.body).getBoundingClientRect();
+  const colRect = col.getBoundingClientRect();
+  const columnOf = (el) => {
+    const fw = el.closest('.tag_full-width, .full-width');
+    if (!fw || !col.contains(fw)) return colRect;
+    return fw === el ? area : fw.getBoundingClientRect();
+  };
   const scrolls = (el) => { const o = getComputedStyle(el).overflowX; return o === 'auto' || o === 'scroll' || o === 'hidden'; };
   const name = (el) => el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') +
       (typeof el.className === 'string' && el.className.trim() ? '.' + el.className.trim().split(/\\s+/).slice(0, 3).join('.') : '');
@@ -44,6 +52,7 @@ WIDTH_CHECK = """() => {
   for (const el of col.querySelectorAll('*')) {
     const r = el.getBoundingClientRect();
     if (r.width === 0 || r.height === 0) continue;
+    const c = columnOf(el);
     if (r.width <= c.width + 1 && r.left >= c.left - 1 && r.right <= c.right + 1) continue;
     let contained = false, p = el.parentElement, reported = false;
     while (p && p !== col) {
@@ -55,7 +64,8 @@ WIDTH_CHECK = """() => {
     bad.add(el);
     if (reported) continue;
     const text = (el.innerText || '').trim().replace(/\\s+/g, ' ').slice(0, 60);
-    out.push({element: name(el), width: Math.round(r.width), column: Math.round(c.width), text});
+    out.push({element: name(el), width: Math.round(r.width), column: Math.round(c.width),
+              overhang: Math.round(Math.max(r.right - c.right, c.left - r.left, 0)), text});
   }
   const page = document.documentElement.scrollWidth > window.innerWidth + 1 ?
       {scrollWidth: document.documentElement.scrollWidth, viewport: window.innerWidth} : null;
@@ -184,7 +194,8 @@ def test_no_element_wider_than_the_main_column(visited):
     for rel, f in visited.items():
         w = f["width"]
         for o in w["offenders"]:
-            lines.append(f"{rel}: <{o['element']}> {o['width']} px in a {o['column']} px column ({o['text']!r})")
+            lines.append(f"{rel}: <{o['element']}> {o['width']} px in a {o['column']} px column, "
+                         f"{o['overhang']} px outside it ({o['text']!r})")
         if w["page"]:
             lines.append(f"{rel}: the page scrolls sideways ({w['page']['scrollWidth']} px in {w['page']['viewport']} px)")
     assert not lines, f"{len(lines)} element(s) wider than the main column, not in a scroll container:\n" + "\n".join(lines)
@@ -329,8 +340,13 @@ def test_width_check_flags_a_wide_inline_table_in_a_built_page(browser, book_htm
 
 
 def test_width_check_on_a_tiny_fixture_page(browser, tmp_path):
-    body = ("<main><article class='bd-article' style='width:700px'><p>fits</p>" + WIDE_TABLE
+    """Inline wide table: flagged; in a scroll container: not; a full-width cell may use the main
+    area beyond the article, but a table wider than that cell is flagged."""
+    body = ("<main class='bd-main' style='width:1100px'><article class='bd-article' style='width:700px'><p>fits</p>"
+            + WIDE_TABLE
             + f"<div style='overflow-x:auto'>{WIDE_TABLE.replace('wide-inline', 'wide-scrolled')}</div>"
-            + "</article></main>")
-    (tmp_path / "p.html").write_text(f"<!doctype html><html><body>{body}</body></html>")
-    assert _flagged(browser, tmp_path, "p.html") == ["table#wide-inline"]
+            + "<div class='cell tag_full-width' style='width:1000px'><p>a full-width cell</p>"
+            + f"<div style='overflow-x:auto'>{WIDE_TABLE.replace('wide-inline', 'full-scrolled')}</div>"
+            + WIDE_TABLE.replace("wide-inline", "full-inline") + "</div></article></main>")
+    (tmp_path / "p.html").write_text(f"<!doctype html><html><body style='margin:0'>{body}</body></html>")
+    assert _flagged(browser, tmp_path, "p.html") == ["table#wide-inline", "table#full-inline"]

@@ -164,3 +164,13 @@ def test_explore_from_a_live_kernel_on_a_fresh_sample_of_tiny_think(root, tmp_pa
     assert "Problem w1-" in pair  # the problem's id and text from the run's task
     out = "".join(o.get("text", "") for o in nb.cells[4].outputs)
     assert out.strip() == "['my-sample'] 6 True"  # graded in memory with the task's grader
+    # the explorer chapter pointed at the same run (runs=), through papermill
+    chapter = tmp_path / "explore-my-sample"
+    done = subprocess.run([sys.executable, "-m", "polyvox.cli", "run", "panel/explorer", "-p", f"runs={run}",
+                           "--out", str(chapter)], cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    executed = nbformat.read(chapter / "explorer.ipynb", as_version=4)
+    page = "".join(html(c) for c in executed.cells if c.cell_type == "code")
+    assert "my-sample: correct" in page and "class='pv-pair'" in page and page.count("<details>") == 3
+    assert "3 problems, 1 system(s)" in "".join(o.get("data", {}).get("text/markdown", "")
+                                                for c in executed.cells if c.cell_type == "code" for o in c.outputs)
