@@ -180,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("action", choices=["run"])
     w.add_argument("--out", required=True)
     w.add_argument("--scale", default="smoke", help="a scale in configs/world/ (smoke, h200) or a YAML path")
-    w.add_argument("--stages", nargs="*", help="subset of: models panel-rl eval bands hillclimb-panel hillclimb-think")
+    w.add_argument("--stages", nargs="*", help="subset of: models panel-rl eval bands bands-redraw hillclimb-panel hillclimb-think")
     w.add_argument("--seeds", type=int, nargs="*", help="RL seeds to run (default: the scale's seeds)")
     w.set_defaults(func=_cmd_world)
 

@@ -8,6 +8,8 @@ Layout of ``<out>`` (one folder per stage, each with a manifest holding its sett
   cap for the others (the cap sweep measures what the cap does instead of assuming it);
 - ``bands/<arm>/``: G samples per pool problem for both arms, from the first seed's
   easy-stage adapter (panel) and tiny-think; ``per_problem.jsonl`` in the published schema;
+- ``bands-redraw/<arm>/``: the same pool and systems sampled again with other seeds, to
+  measure how stable band membership is (the hill-climbs use the first draw);
 - ``seed-<k>/hillclimb-<arm>/``: RL seed k on the arm's own band, from one fixed starting
   point (the first seed's easy adapter / tiny-think), so seeds vary the RL run alone.
 
@@ -37,7 +39,7 @@ from . import problems as _problems  # noqa: F401 - registers the "world" task e
 
 EVAL_LEVELS = (1, 2, 3, 4, 5, "olympiad")
 POOL_LEVELS = (3, 4, 5, "olympiad")
-STAGES = ("models", "panel-rl", "eval", "bands", "hillclimb-panel", "hillclimb-think")
+STAGES = ("models", "panel-rl", "eval", "bands", "bands-redraw", "hillclimb-panel", "hillclimb-think")
 
 
 def load_scale(scale: str | Path) -> dict:
@@ -116,13 +118,13 @@ def evaluate(out: Path, s: dict, seed: int = 0) -> None:
                               s["eval"]["n"], seed, cap)
 
 
-def bands(out: Path, s: dict, seed: int = 0) -> None:
+def bands(out: Path, s: dict, seed: int = 0, root: str = "bands") -> None:
     """G samples per pool problem for both arms; per-problem bands in the published schema."""
     world = _world(POOL_LEVELS, s["bands"]["pool_per_level"], s["problems_seed"] + 30, "train")
     group = s["bands"]["group"]
     systems = _systems(out, s["seeds"][0])
     for arm, system in (("panel", systems["panel-easy"]), ("think", systems["think"])):
-        folder = out / "bands" / arm
+        folder = out / root / arm
         _sample_and_grade(system, folder / "samples", s, world, group, seed, s["sampling"]["max_tokens"])
         counts = runs.per_problem_counts(folder / "samples")
         rows = [{"uid": r.id, "source": f"level-{r.level}", "n_samples": int(r.n_samples),
@@ -135,6 +137,19 @@ def bands(out: Path, s: dict, seed: int = 0) -> None:
         summary = {"arm": arm, "n_problems": len(rows), "n_samples_per_problem": group,
                    "bands": {b: sum(r["band"] == b for r in rows) for b in metrics.BANDS}}
         (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def bands_redraw(out: Path, s: dict, seed: int = 0) -> None:
+    """The same draw again with other sampling seeds (seed + REDRAW_OFFSET), into ``bands-redraw/``.
+
+    The hill-climbs train on the first draw only. The second, independent draw measures how
+    stable band membership is: a problem that scored 7/8 once may be 8/8 the next time, and a
+    band chosen on one draw of G samples is partly selected on noise.
+    """
+    bands(out, s, seed + REDRAW_OFFSET, root="bands-redraw")
+
+
+REDRAW_OFFSET = 1000
 
 
 def band_ids(out: Path, arm: str) -> list[str]:
@@ -171,6 +186,7 @@ _STAGE_FNS = {
     "panel-rl": (panel_rl, ("models", "rl", "sampling", "problems_seed"), True),
     "eval": (evaluate, ("models", "rl", "sampling", "eval", "problems_seed"), True),
     "bands": (bands, ("models", "rl", "sampling", "bands", "problems_seed"), False),
+    "bands-redraw": (bands_redraw, ("models", "rl", "sampling", "bands", "problems_seed"), False),
     "hillclimb-panel": (lambda o, s, seed: hillclimb(o, s, "panel", seed),
                         ("models", "rl", "sampling", "bands", "problems_seed"), True),
     "hillclimb-think": (lambda o, s, seed: hillclimb(o, s, "think", seed),
@@ -196,8 +212,8 @@ def run(out: str | Path, scale: str | Path = "smoke", stages=STAGES, seeds=None)
     order = [("models", seeds[0])] if "models" in stages else []
     for k in seeds:  # seed by seed, so that an interrupted run leaves whole seeds behind
         order += [(st, k) for st in ("panel-rl", "eval") if st in stages]
-        if k == seeds[0] and "bands" in stages:
-            order.append(("bands", k))
+        if k == seeds[0]:
+            order += [(st, k) for st in ("bands", "bands-redraw") if st in stages]
         order += [(st, k) for st in ("hillclimb-panel", "hillclimb-think") if st in stages]
     with RunLock(out):
         for stage, seed in order:
