@@ -193,6 +193,49 @@ def test_cost_is_recomputed_from_trajectory_records(tmp_path):
         cost.question_cost(recs[0], {"small": 1.0})
 
 
+def test_cost_is_charged_by_the_model_that_wrote_each_turn(root):
+    """homo's three roles are all copies of mid (pipeline.eval_systems): a turn by role 'small' is
+    charged at mid's weight. The other systems' roles are their own models, so their costs are
+    those of charging by role name."""
+    from polyvox.studies.collab import analysis
+
+    w = {"small": 1.7, "mid": 4.0, "big": 8.0, "large": 14.0}
+    traj = {"id": "q", "turns": [{"agent": "small", "completion_tokens": 10},
+                                 {"agent": "big", "completion_tokens": 5}]}
+    for full in (False, True):
+        roles = analysis.role_models(full)
+        assert roles["homo"] == {"small": "mid", "mid": "mid", "big": "mid"}
+        assert all(roles[k] == {a: a for a in AGENTS} for k in ("cl", "cl-pd", "cl-base"))
+    homo = cost.question_cost(traj, w, analysis.role_models()["homo"])
+    assert homo["weighted_tokens"] == pytest.approx(4.0 * 15 / 27.7)  # by role name it would be (17 + 40) / 27.7
+    assert homo["tokens"] == {"small": 10, "big": 5} and homo["model_tokens"] == {"mid": 15}
+    assert cost.question_cost(traj, w)["weighted_tokens"] == pytest.approx((1.7 * 10 + 8 * 5) / 27.7)
+    # the shipped run: summary/scores charge homo at mid's weight by default, the rest unchanged
+    runs = analysis.load(root / "data/runs/collab-h200/eval")
+    weights = analysis.cost_weights(root / "data/models/collab-h200")
+    systems = {k: v for k, v in {**runs, **analysis.derived_systems(runs)}.items() if not k.startswith("sample-")}
+    summ = analysis.summary(systems, weights).query("task == 'all'").set_index("system").weighted_tokens
+    by_role = analysis.summary(systems, weights, models={}).query("task == 'all'").set_index("system").weighted_tokens
+    norm = sum(weights.values())
+    mid_only = sum(weights["mid"] * t["completion_tokens"] / norm for r in runs["homo"] for t in r["turns"]) / len(runs["homo"])
+    assert summ["homo"] == pytest.approx(mid_only) and summ["homo"] > by_role["homo"] * 1.3
+    for k in ("solo-small", "solo-mid", "solo-big", "solo-large", "vote", "cascade", "cl", "cl-pd", "cl-base"):
+        assert summ[k] == pytest.approx(by_role[k]), k
+    sc = analysis.scores(systems, weights)
+    assert sc["homo"].weighted_tokens.mean() == pytest.approx(mid_only)
+
+
+def test_provenance_device_is_recorded_or_marked_inferred():
+    from polyvox.studies.collab.analysis import device_of
+
+    assert device_of({"device": "cuda", "versions": {"torch": "2.11.0"}}) == "cuda"
+    assert device_of({"versions": {"torch": "2.11.0+cu128"}}) == "cu128"
+    assert device_of({"versions": {"torch": "2.11.0", "platform": "Linux-6.18.44-fc-v657-gpu-x86_64-with-glibc2.39"}}) \
+        == "GPU host (inferred from platform)"
+    assert device_of({"versions": {"torch": "2.11.0", "platform": "Linux-6.8.0-gpus-x86_64"}}) == "not recorded"
+    assert device_of({}) == "not recorded"
+
+
 def test_projections_name_their_source():
     t = {"status": "t_max", "final": None, "turns": [{"answer": "5"}, {"answer": None}, {"answer": "7"}, {"answer": "7"}]}
     assert projections.project(t, "final") == (None, "none")
@@ -241,12 +284,15 @@ def test_shipped_records_recompute(root):
     assert set(weights) == {"small", "mid", "big", "large"} and weights["small"] < weights["mid"] < weights["big"] < weights["large"]
     assert {"solo-small", "solo-large", "cl", "cl-pd", "cl-base", "homo", "sample-small", "sample-mid"} <= set(runs)
     ids = [r["id"] for r in runs["cl"]]
+    roles = analysis.role_models(full=True, pd_dir=root / "data/runs/collab-h200/pd")
     for name, recs in runs.items():
         assert [r["id"] for r in recs] == ids, name  # every system answered the same questions, once each
+        model = roles.get(name, {})
         for r in recs:
-            c = cost.question_cost(r, weights)
+            c = cost.question_cost(r, weights, model)
             assert c["calls"] == r["n_turns"] == len(r["turns"]) <= 12
-            want = sum(weights[t["agent"]] * t["completion_tokens"] for t in r["turns"]) / sum(weights.values())
+            want = sum(weights[model.get(t["agent"], t["agent"])] * t["completion_tokens"]
+                       for t in r["turns"]) / sum(weights.values())
             assert c["weighted_tokens"] == pytest.approx(want)
     derived = analysis.derived_systems(runs)
     assert all(len(derived[k]) == len(ids) for k in ("vote", "cascade"))

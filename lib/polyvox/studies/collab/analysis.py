@@ -8,14 +8,17 @@
   routes before answering; both are stand-ins here). Each derived record holds exactly the
   calls the system would make, so its cost is recomputed like any other.
 - :func:`score`: per question, the projected answer (:mod:`.projections`), correct (EM),
-  F1, source, weighted cost and calls (:mod:`.cost`).
+  F1, source, weighted cost and calls (:mod:`.cost`). Each turn is charged at the weight of
+  the model that wrote it: :func:`role_models` reads which model plays which role in each
+  CL system off the pipeline's wiring (:func:`.pipeline.eval_systems`), so ``homo``'s three
+  roles are all charged as ``mid``; solo, sample, vote and cascade turns name their model.
 - :func:`summary`: accuracy with a Wilson 95 % interval, F1, mean weighted output tokens
   and calls per system and task; :func:`pareto` marks the accuracy-vs-cost frontier;
   :func:`transitions` counts hand-offs between agents; :func:`by_turns` accuracy by turns used.
 - :func:`paired` / :func:`exact_mcnemar` / :func:`verdict`: every comparison the chapter states is an
   exact paired test on the shared questions at :data:`ALPHA`; :func:`handoffs` and :func:`topology`
   classify each step (retry, forced, voluntary, end) and count turns per agent from the turn
-  records; :func:`provenance` reads each arm's manifest (commit, torch build, versions) beside
+  records; :func:`provenance` reads each arm's manifest (commit, device, versions) beside
   the weights its models carry (:func:`arm_weights`, from the pipeline's own wiring).
 """
 from __future__ import annotations
@@ -50,6 +53,32 @@ def load(eval_dir: str | Path) -> dict[str, list[dict]]:
 def cost_weights(models_dir: str | Path) -> dict[str, float]:
     params = json.loads((Path(models_dir) / "params.json").read_text())
     return costs.weights_from_params(params)
+
+
+def role_models(full: bool = False, pd_dir: str | Path | None = None) -> dict[str, dict[str, str]]:
+    """CL system → role → the base model whose parameters wrote that role's turns, read off the
+    pipeline's own wiring (:func:`.pipeline.eval_systems`). A role run on a base model with or without
+    an adapter is that base; a fully fine-tuned PD model (``full``) has its base's parameters, and the
+    LoRA wiring of the same system and role names that base (``pd/homo`` is trained from ``mid``). With
+    ``pd_dir``, each PD card's recorded ``base`` must agree. Systems not listed (solo, sample, vote,
+    cascade) record the model's own name as the agent."""
+    from pathlib import PurePosixPath as P
+
+    from .pipeline import eval_systems
+
+    lora = eval_systems(P("models"), P("pd"), P("rl"), False)
+    out: dict[str, dict[str, str]] = {}
+    for system, spec in eval_systems(P("models"), P("pd"), P("rl"), full).items():
+        out[system] = {}
+        for role, (model, _adapter) in spec.items():
+            base = model.parts[1] if model.parts[0] == "models" else lora[system][role][0].parts[1]
+            if model.parts[0] != "models" and pd_dir is not None:
+                card = Path(pd_dir) / model.parts[1] / "card.json"
+                recorded = json.loads(card.read_text()).get("base") if card.exists() else None
+                if recorded is not None and recorded != base:
+                    raise ValueError(f"{system}/{role}: {card} records base {recorded!r}, the wiring says {base!r}")
+            out[system][role] = base
+    return out
 
 
 def _by_id(records):
@@ -92,22 +121,28 @@ def derived_systems(runs: dict) -> dict[str, list[dict]]:
     return out
 
 
-def score(records: list[dict], weights: dict, projection: str = MAIN_PROJECTION) -> pd.DataFrame:
+def score(records: list[dict], weights: dict, projection: str = MAIN_PROJECTION,
+          models: dict[str, str] | None = None) -> pd.DataFrame:
+    """Per-question scores of one system's records; ``models``: role → model that wrote the turns
+    (``role_models()[system]`` for a CL system; None when every agent is named by its model)."""
     rows = []
     for r in records:
         ans, src = project(r, projection)
         correct, f1 = grade_answer(ans, r["gold"], r["metadata"])
-        c = costs.question_cost(r, weights)
+        c = costs.question_cost(r, weights, models)
         rows.append({"id": r["id"], "task": r["metadata"].get("task"), "level": r["metadata"].get("level"),
                      "answer": ans, "source": src, "correct": correct, "f1": f1, "status": r["status"],
                      "weighted_tokens": c["weighted_tokens"], "calls": c["calls"], "turns": r["n_turns"]})
     return pd.DataFrame(rows)
 
 
-def summary(systems: dict[str, list[dict]], weights: dict, projection: str = MAIN_PROJECTION) -> pd.DataFrame:
+def summary(systems: dict[str, list[dict]], weights: dict, projection: str = MAIN_PROJECTION,
+            models: dict[str, dict[str, str]] | None = None) -> pd.DataFrame:
+    """Per system and task; ``models``: system → role → model (default :func:`role_models`)."""
+    models = role_models() if models is None else models
     rows = []
     for name, recs in systems.items():
-        df = score(recs, weights, projection if name in CL else "final")
+        df = score(recs, weights, projection if name in CL else "final", models.get(name))
         for task, g in [("all", df)] + list(df.groupby("task")):
             lo, hi = metrics.wilson_interval(int(g.correct.sum()), len(g))
             rows.append({"system": name, "task": task, "n": len(g), "accuracy": g.correct.mean(), "lo": lo, "hi": hi,
@@ -125,10 +160,10 @@ def pareto(df: pd.DataFrame) -> pd.Series:
     return pd.Series(flags, index=df.index)
 
 
-def projection_table(records: list[dict], weights: dict) -> pd.DataFrame:
+def projection_table(records: list[dict], weights: dict, models: dict[str, str] | None = None) -> pd.DataFrame:
     rows = []
     for how in PROJECTIONS:
-        df = score(records, weights, how)
+        df = score(records, weights, how, models)
         shares = df.source.value_counts(normalize=True).to_dict()
         correct_src = df[df.correct].source.value_counts().to_dict()
         rows.append({"projection": how, "accuracy": df.correct.mean(), "f1": df.f1.mean(),
@@ -147,8 +182,9 @@ def transitions(records: list[dict], agents=("small", "mid", "big")) -> pd.DataF
     return m
 
 
-def by_turns(records: list[dict], weights: dict, projection: str = MAIN_PROJECTION) -> pd.DataFrame:
-    df = score(records, weights, projection)
+def by_turns(records: list[dict], weights: dict, projection: str = MAIN_PROJECTION,
+             models: dict[str, str] | None = None) -> pd.DataFrame:
+    df = score(records, weights, projection, models)
     return df.groupby("turns").agg(questions=("correct", "size"), accuracy=("correct", "mean")).reset_index()
 
 
@@ -182,9 +218,13 @@ def verdict(test: dict, alpha: float = ALPHA) -> str:
     return f"not distinguishable (p ≥ {alpha})"
 
 
-def scores(systems: dict[str, list[dict]], weights: dict, projection: str = MAIN_PROJECTION) -> dict[str, pd.DataFrame]:
-    """Per-question scores of every system (CL systems under ``projection``, others 'final'), indexed by id."""
-    return {k: score(v, weights, projection if k in CL else "final").set_index("id") for k, v in systems.items()}
+def scores(systems: dict[str, list[dict]], weights: dict, projection: str = MAIN_PROJECTION,
+           models: dict[str, dict[str, str]] | None = None) -> dict[str, pd.DataFrame]:
+    """Per-question scores of every system (CL systems under ``projection``, others 'final'), indexed by id;
+    ``models``: system → role → model (default :func:`role_models`)."""
+    models = role_models() if models is None else models
+    return {k: score(v, weights, projection if k in CL else "final", models.get(k)).set_index("id")
+            for k, v in systems.items()}
 
 
 def paired(sc: dict[str, pd.DataFrame], a: str, b: str, alpha: float = ALPHA) -> dict:
@@ -269,8 +309,25 @@ def arm_weights(full: bool) -> dict[str, str]:
     return out
 
 
+def device_of(manifest: dict) -> str:
+    """The device an arm ran on, as far as its manifest says: its ``device`` field; else the torch
+    build's local version (``2.x+cu128`` → ``cu128``); else a GPU named by the platform string (a
+    ``gpu`` token, e.g. ``…-gpu-x86_64``), marked as inferred; else ``not recorded``."""
+    import re
+
+    if manifest.get("device"):
+        return str(manifest["device"])
+    v = manifest.get("versions", {})
+    torch_v = str(v.get("torch") or "")
+    if "+" in torch_v:
+        return torch_v.split("+", 1)[1]
+    if "gpu" in re.split(r"[^a-z0-9]+", str(v.get("platform") or "").lower()):
+        return "GPU host (inferred from platform)"
+    return "not recorded"
+
+
 def provenance(eval_dir: str | Path, full: bool) -> pd.DataFrame:
-    """Each recorded arm's manifest: commit, device (the torch build), versions, and its models' weights."""
+    """Each recorded arm's manifest: commit, device (:func:`device_of`), versions, and its models' weights."""
     w = arm_weights(full)
     rows = []
     for d in sorted(Path(eval_dir).iterdir()):
@@ -281,7 +338,7 @@ def provenance(eval_dir: str | Path, full: bool) -> pd.DataFrame:
         v = man.get("versions", {})
         torch_v = v.get("torch", "")
         rows.append({"arm": d.name, "commit": man.get("git_commit"), "started": man.get("started"),
-                     "device": torch_v.split("+", 1)[1] if "+" in torch_v else "not recorded",
+                     "device": device_of(man),
                      "torch": torch_v, "transformers": v.get("transformers"), "python": v.get("python"),
                      "platform": v.get("platform"), "weights": w.get(d.name, "?")})
     return pd.DataFrame(rows)
