@@ -212,6 +212,8 @@ def test_findings_markdown_lists_each_study_with_status_and_chapter_link():
              findings.Finding("collab", "C", "differs", "Δ 2", "book/collab/audit"),
              findings.Finding("panel", "D", "withdrawn", "2026", "book/corrections")]
     text = findings.findings_markdown(items)
-    assert "| A \\| B | ✅ reproduced | Δ 0 | {doc}`/book/panel/accuracy` |" in text
+    assert ('| A \\| B | <span class="pv-status pv-reproduced">reproduced</span> | Δ 0 | '
+            '{doc}`/book/panel/accuracy` |') in text
+    assert '<span class="pv-status pv-published-only">' in findings.Finding("x", "c", "published only", "", "").label()
     assert "**Part III — sliced models collaborating**" in text and "**Part II —" not in text
     assert text.rstrip().endswith("In all: 1 reproduced, 1 differs, 1 withdrawn.")

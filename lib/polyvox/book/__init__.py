@@ -1,5 +1,7 @@
 """The book: build (papermill with a content-hash cache, then Jupyter Book), render
-(corrections, hidden parameter cells), and what chapters use to show results (report, plots)."""
+(corrections, re-run boxes, table downloads, numbered figures), findings (the intro's summary),
+and what chapters use to show results: ``tables.show_table`` (the one table style),
+``plots.show_figure`` (the one figure style), ``report`` (recomputed beside published)."""
 from .build import (CACHE_DIR, BuildReport, Chapter, build, cache_key, chapters, declared_inputs, execute, find_root,
                     load_params_file, params_for, repo_path, resolve_chapter, run_chapter, run_jupyter_book)
 from .render import BookError, banner_markdown, corrections_page, load_corrections, render

@@ -47,9 +47,11 @@ class Finding:
     chapter: str  # toc entry, e.g. book/panel/accuracy
 
     def label(self) -> str:
-        return {"reproduced": "✅ reproduced", "differs": "⚠️ differs", "withdrawn": "⛔ withdrawn by its authors",
-                "published only": "📄 published only", "miniature only": "🔬 miniature only",
-                "not computed": "❓ not computed"}[self.status]
+        """The status as a coloured badge (text, so it reads without emoji fonts or colour)."""
+        text = {"reproduced": "reproduced", "differs": "differs", "withdrawn": "withdrawn by its authors",
+                "published only": "published only", "miniature only": "miniature only",
+                "not computed": "not computed"}[self.status]
+        return f'<span class="pv-status pv-{self.status.replace(" ", "-")}">{text}</span>'
 
 
 def _compare(claim: str, chapter: str, diffs, what: str, tol: float = TOL, unit: str = "") -> Finding:
