@@ -81,18 +81,24 @@ def test_table_html_is_an_offline_datatable_with_a_page_length_menu(published):
     assert len(script) > 1_000_000 and "https://" not in script.split("\n", 2)[1]
 
 
-def test_shipped_world_eval_runs_load_as_two_systems(root):
-    ro = explore.load(root / WORLD_EVAL, data_dir=root / "data")
+def test_shipped_world_eval_runs_load_as_two_systems(root, tmp_path):
+    # the first 12 problems (8 samples each) of both shipped systems, manifests as shipped
+    for system in ("tiny-panel", "tiny-think"):
+        (tmp_path / "eval" / system).mkdir(parents=True)
+        shutil.copy(root / WORLD_EVAL / system / "manifest.json", tmp_path / "eval" / system)
+        lines = (root / WORLD_EVAL / system / "graded.jsonl").read_text().splitlines()[:96]
+        (tmp_path / "eval" / system / "graded.jsonl").write_text("\n".join(lines) + "\n")
+    ro = explore.load(tmp_path / "eval", data_dir=root / "data")
     assert ro.systems == ["tiny-panel", "tiny-think"] and ro.length_unit == "tokens" and not ro.notes
     table = ro.table()
-    assert len(table) == 180 and {"tiny-think: correct", "tiny-think: cap hits", "tiny-think: samples"} <= set(table)
+    assert len(table) == 12 and {"tiny-think: correct", "tiny-think: cap hits", "tiny-think: samples"} <= set(table)
     assert (table["tiny-think: samples"] == 8).all()
-    graded = [json.loads(line) for line in (root / WORLD_EVAL / "tiny-think/graded.jsonl").read_text().splitlines()]
+    graded = [json.loads(x) for x in (tmp_path / "eval/tiny-think/graded.jsonl").read_text().splitlines()]
     assert table["tiny-think: cap hits"].sum() == sum(g["finish_reason"] == "length" for g in graded)
     assert abs(table["tiny-think: correct"].mean() - sum(g["correct"] for g in graded) / len(graded)) < 1e-3
     pid = table["problem"].iloc[0]
     page = ro.side_by_side_html(pid, "tiny-panel", "tiny-think")
-    assert ro.problems[pid]["text"] in page and "Final answer" in page
+    assert ro.problems[pid]["text"] in page and "Final answer" in page and ro.problems[pid]["label"] == "1"
 
 
 def test_an_ungraded_run_is_graded_in_memory_like_the_shipped_grades(root, tmp_path):
