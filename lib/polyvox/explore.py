@@ -54,7 +54,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import formats
-from .records import GradedSample, RecordError, Sample, read_json, read_jsonl, read_manifest
+from .records import GradedSample, RecordError, Sample, portable_path, read_json, read_jsonl, read_manifest
 
 ROLLOUTS, GRADED, MANIFEST = "rollouts.jsonl", "graded.jsonl", "manifest.json"
 CASE_STUDY = "multipersona/reports/case_study/transcripts.json"
@@ -174,6 +174,10 @@ class Rollouts:
             raise KeyError(f"unknown system(s) {', '.join(unknown)}; systems: {', '.join(self.systems)}")
         return systems
 
+    def pair(self, a=None, b=None) -> tuple[str, str]:
+        """The two systems to compare: those given, else the first two (one system: itself twice)."""
+        return self._pair(a, b)
+
     def _pair(self, a, b):
         if a is None and b is None:
             if len(self.systems) == 1:
@@ -238,7 +242,9 @@ def load(runs=None, data_dir="data", grade: bool = True,
         problems.update(probs)
         notes += note
     traces = pd.concat(frames, ignore_index=True)
-    return Rollouts(traces, problems, [n for n, _ in named], "tokens", str(runs), notes)
+    source = ", ".join(portable_path(p) for _, p in named) if isinstance(runs, (dict, list, tuple)) \
+        else portable_path(_data_dir(runs))
+    return Rollouts(traces, problems, [n for n, _ in named], "tokens", source, notes)
 
 
 def _data_dir(data_dir) -> Path:
@@ -378,7 +384,7 @@ def published(data_dir="data", graded_categories=GRADED_CATEGORIES) -> Rollouts:
                          "extracted": None if g is None else g.extracted})
     problems = {it["id"]: {"text": it["problem"], "gold": it["expected"], "label": it["category_short"]}
                 for it in items}
-    ro = Rollouts(pd.DataFrame(rows), problems, list(systems), "words", str(path))
+    ro = Rollouts(pd.DataFrame(rows), problems, list(systems), "words", portable_path(path))
     ro.meta = data.get("metadata", {})
     return ro
 
