@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 from conftest import serve
 
@@ -140,6 +141,36 @@ def test_length_controlled_view_removes_a_pure_length_preference():
     raw = J.summarize(df, n_boot=100)["win_rate"]
     lc = J.length_controlled(df, n_boot=50)
     assert raw == pytest.approx(0.8) and abs(lc["win_rate"] - 0.5) < 0.15 and lc["slope"] > 0
+
+
+def test_cluster_bootstrap_is_wider_under_within_cluster_correlation_and_equal_for_singletons():
+    import pandas as pd
+
+    from polyvox.metrics import bootstrap_ci
+
+    # 24 users × 4 prompts; each user's prompts share one outcome (perfect within-user correlation)
+    user_outcome = ["W", "L", "T", "W", "L", "L"] * 4
+    df = pd.DataFrame([{"prompt_id": f"u{u}-{j}", "user": f"u{u}", "outcome": o}
+                       for u, o in enumerate(user_outcome) for j in range(4)])
+    per_prompt, by_user = J.summarize(df, n_boot=2000), J.summarize(df, n_boot=2000, groups="user")
+    assert per_prompt["win_rate"] == by_user["win_rate"] and by_user["clusters"] == 24
+    assert "clusters" not in per_prompt  # the default output is unchanged
+    width = lambda s: s["ci_high"] - s["ci_low"]  # noqa: E731
+    assert width(by_user) > 1.5 * width(per_prompt)  # ≈ √4 = 2 times wider in expectation
+
+    # one prompt per cluster: the same draws, so the same interval as the per-prompt bootstrap
+    one = df.groupby("user", sort=False).head(1).copy()
+    assert J.summarize(one, n_boot=500, groups="user")["ci_low"] == J.summarize(one, n_boot=500)["ci_low"]
+    assert J.summarize(one, n_boot=500, groups="user")["ci_high"] == J.summarize(one, n_boot=500)["ci_high"]
+    x = np.random.default_rng(3).random(30)
+    assert J.cluster_bootstrap_ci(x, np.arange(30)[::-1], n_boot=700, seed=5) == \
+        pytest.approx(bootstrap_ci(x, n_boot=700, seed=5), abs=1e-12)
+
+    # unequal clusters: the statistic is the mean over all items drawn (size-weighted)
+    wr, lo, hi = J.cluster_bootstrap_ci([1, 1, 1, 0], ["a", "a", "a", "b"], n_boot=200)
+    assert wr == 0.75 and lo == 0.0 and hi == 1.0
+    with pytest.raises(ValueError):
+        J.summarize(df, groups="no such label")
 
 
 def test_parse_verdict():

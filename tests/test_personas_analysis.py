@@ -18,6 +18,18 @@ def test_verdict_categories():
     assert A.verdict([None], [None], [None], 0.05)[0] == "empty"
 
 
+def test_verdict_all_ties_seed_is_uninformative_not_no_difference():
+    # seed 2 is all ties (50%, CI [50, 50]): left out and named, never a "no difference"
+    cat, text = A.verdict([0.45, 0.48, 0.5], [0.38, 0.42, 0.5], [0.52, 0.55, 0.5], 0.05, decisive=[18, 16, 0],
+                          seeds=[0, 1, 2])
+    assert cat == "none" and "seed 2 uninformative (all ties)" in text and "2 of 3 seeds counted" in text
+    cat, text = A.verdict([0.5, 0.5], [0.5, 0.5], [0.5, 0.5], 0.05, decisive=[0, 0])
+    assert cat == "uninformative" and "no difference" not in text
+    assert A.verdict([0.3, 0.5], [0.2, 0.5], [0.4, 0.5], 0.05, decisive=[20, 0])[0] == "forward"
+    # without counts the old behaviour holds
+    assert A.verdict([0.5, 0.5], [0.5, 0.5], [0.5, 0.5], 0.05)[0] == "none"
+
+
 def test_convergence_rule_and_comparable_types():
     h = pd.DataFrame([
         {"arm": "forward", "seed": 0, "head": p, "validation": 1.2, "loss, first steps": 1.0, "loss, last steps": 0.01}
@@ -26,9 +38,15 @@ def test_convergence_rule_and_comparable_types():
         {"arm": "reverse", "seed": 0, "head": "impersonal", "validation": 1.1, "loss, first steps": 1.0, "loss, last steps": 0.1},
         {"arm": "reverse", "seed": 0, "head": "concise", "validation": 1.2, "loss, first steps": 1.0, "loss, last steps": 0.1},
         {"arm": "reverse", "seed": 0, "head": "thorough", "validation": 1.2, "loss, first steps": 1.0, "loss, last steps": 0.1}])
-    c = A.convergence(h, val_tol=0.15, loss_drop=0.5)
+    c = A.convergence(h, loss_drop=0.5)
     assert not c.set_index(["arm", "head"]).loc[("reverse", "warm"), "trained"]
     assert c["trained"].sum() == 7
+    # the rule reads the loss only: a much worse validation score does not untrain a head …
+    h2 = h.copy()
+    h2.loc[(h2["arm"] == "reverse") & (h2["head"] == "concise"), "validation"] = 0.1
+    c2 = A.convergence(h2, loss_drop=0.5).set_index(["arm", "head"])
+    assert c2.loc[("reverse", "concise"), "trained"]
+    assert c2.loc[("reverse", "concise"), "validation gap to best arm"] == pytest.approx(1.1)  # … it is reported
     assert A.comparable_types(c, 0) == ["impersonal", "concise", "thorough", "impersonal+concise", "impersonal+thorough"]
     assert A.comparable_types(c, 0, strict=True) == ["impersonal", "concise", "thorough"]
 
@@ -41,6 +59,21 @@ def test_truncation_matches_the_systems_files():
     units = A.unit_cap_hits(RUN).set_index("unit")["cap hits"]
     head = tr[(tr["system"] == "head_thorough") & (tr["arm"] == "forward") & (tr["seed"] == 0)]
     assert units["forward-s0-thorough"] == head["truncated"].sum() > 0
+
+
+@pytest.mark.skipif(not (RUN / "judge").exists(), reason="recorded run not shipped")
+def test_user_bootstrap_widens_the_recorded_head_to_head():
+    from polyvox.studies.personas import pipeline
+
+    o = A.outcomes(RUN, "systems/reverse-s0.jsonl:oracle_head", "systems/forward-s0.jsonl:oracle_head",
+                   pipeline.rubric_judge())
+    assert o.groupby("user").size().eq(4).all()  # 4 prompts per test user
+    p, u = A.summarize(o, 2000), A.summarize(o, 2000, groups="user")
+    assert p["win_rate"] == u["win_rate"] and u["clusters"] == len(o) // 4
+    assert u["ci_high"] - u["ci_low"] > p["ci_high"] - p["ci_low"]
+    c = A.with_correctness(RUN, "systems/forward-s0.jsonl:oracle_head", "systems/forward-s0.jsonl:base",
+                           pipeline.rubric_judge())
+    assert c["correct_a"].dtype == bool and 0 < c["correct_b"].mean() < 1
 
 
 @pytest.mark.skipif(not (RUN / "heads").exists(), reason="recorded run not shipped")

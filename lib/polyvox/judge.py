@@ -11,7 +11,9 @@ Protocol (seed 002's, run21's judge_compare):
   is W or L only when both orders agree, T otherwise; identical texts are free ties (no
   call is made);
 - win rate = (W + T/2)/n with a 95% percentile bootstrap CI over prompts
-  (:func:`polyvox.metrics.bootstrap_ci`);
+  (:func:`polyvox.metrics.bootstrap_ci`); with ``groups=`` (a label such as ``user``) the
+  bootstrap resamples whole groups instead (:func:`cluster_bootstrap_ci`), for prompts that
+  cluster (several prompts per user);
 - a verdict that cannot be parsed is retried with another seed up to ``max_attempts``
   times and then recorded as ``unparseable``: tallies count such prompts separately and
   leave them out of n — never as a tie. ``run --retry-unparseable`` asks again;
@@ -330,31 +332,76 @@ def outcomes(a_spec: str, b_spec: str, out: str | Path, judge: Judge) -> "pd.Dat
 SCORE = {"W": 1.0, "T": 0.5, "L": 0.0}
 
 
-def summarize(df, n_boot: int = 2000, seed: int = 0) -> dict:
+def cluster_bootstrap_ci(values, groups, n_boot: int = 2000, alpha: float = 0.05,
+                         seed: int = 0) -> tuple[float, float, float]:
+    """Percentile bootstrap of a mean that resamples whole clusters: (mean, low, high).
+
+    ``values`` holds one number per item (a prompt's score), ``groups`` its cluster (the user who
+    wrote it). Each replicate draws as many clusters as there are, with replacement, keeps every
+    item of each drawn cluster and takes the mean over those items (clusters of unequal size weigh
+    by their size). Clusters are numbered in order of first appearance, so with one item per
+    cluster the draws — and the interval — are those of :func:`polyvox.metrics.bootstrap_ci` with
+    the same seed.
+    """
+    x = np.asarray(values, dtype=np.float64)
+    g = np.asarray(groups)
+    if len(x) == 0:
+        raise ValueError("cluster_bootstrap_ci: no items")
+    if len(g) != len(x):
+        raise ValueError(f"cluster_bootstrap_ci: {len(x)} values but {len(g)} group labels")
+    _, first, inverse = np.unique(g, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")  # cluster ids in order of first appearance
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    cid = rank[inverse.reshape(-1)]
+    k = len(order)
+    sums = np.bincount(cid, weights=x, minlength=k)
+    sizes = np.bincount(cid, minlength=k).astype(np.float64)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, k, size=(n_boot, k))
+    stats = sums[idx].sum(axis=1) / sizes[idx].sum(axis=1)
+    lo, hi = np.quantile(stats, [alpha / 2, 1 - alpha / 2])
+    return float(x.mean()), float(lo), float(hi)
+
+
+def summarize(df, n_boot: int = 2000, seed: int = 0, groups: str | None = None) -> dict:
+    """Counts and win rate (W + T/2)/n with a 95% bootstrap CI: over prompts, or, with ``groups``
+    (a column of ``df``, e.g. ``"user"``), over clusters of prompts (:func:`cluster_bootstrap_ci`)."""
     from .metrics import bootstrap_ci
 
     counts = {k: int((df["outcome"] == k).sum()) for k in ("W", "T", "L", "U", "M")}
     scored = df[df["outcome"].isin(list(SCORE))]
     n = len(scored)
     row = {"n": n, **{k: counts[k] for k in "WTL"}, "unparseable": counts["U"], "missing": counts["M"]}
+    if groups is not None:
+        if groups not in df.columns:
+            raise ValueError(f"no label {groups!r} to resample by; labels: "
+                             f"{', '.join(c for c in df.columns if c not in ('outcome', 'ab', 'ba'))}")
+        row["clusters"] = int(scored[groups].nunique())
     if n == 0:
         return {**row, "win_rate": None, "ci_low": None, "ci_high": None}
-    wr, lo, hi = bootstrap_ci(scored["outcome"].map(SCORE).to_numpy(), n_boot=n_boot, seed=seed)
+    scores = scored["outcome"].map(SCORE).to_numpy()
+    if groups is None:
+        wr, lo, hi = bootstrap_ci(scores, n_boot=n_boot, seed=seed)
+    else:
+        wr, lo, hi = cluster_bootstrap_ci(scores, scored[groups].to_numpy(), n_boot=n_boot, seed=seed)
     return {**row, "win_rate": wr, "ci_low": lo, "ci_high": hi}
 
 
 def tally(a_spec: str, b_spec: str, out: str | Path, judge: Judge, by: tuple[str, ...] = (),
-          n_boot: int = 2000) -> dict:
-    """Overall and per-label win rates of A over B, with the length-controlled view."""
+          n_boot: int = 2000, groups: str | None = None) -> dict:
+    """Overall and per-label win rates of A over B, with the length-controlled view. ``groups``: a
+    row label whose values cluster prompts (e.g. ``"user"``); the win rates' CIs then resample whole
+    clusters (the length-controlled CI still resamples prompts)."""
     df = outcomes(a_spec, b_spec, out, judge)
-    result = {"a": a_spec, "b": b_spec, "overall": summarize(df, n_boot),
+    result = {"a": a_spec, "b": b_spec, "overall": summarize(df, n_boot, groups=groups),
               "length_controlled": length_controlled(df, n_boot=min(n_boot, 500)),
               "by": {}}
     for label in by:
         if label not in df.columns:
             raise ValueError(f"no label {label!r} in the systems rows; labels: "
                              f"{', '.join(c for c in df.columns if c not in ('outcome', 'ab', 'ba'))}")
-        result["by"][label] = {str(v): summarize(g, n_boot) for v, g in df.groupby(label, sort=True)}
+        result["by"][label] = {str(v): summarize(g, n_boot, groups=groups) for v, g in df.groupby(label, sort=True)}
     return result
 
 

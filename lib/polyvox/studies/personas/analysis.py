@@ -2,14 +2,18 @@
 
 - :func:`head_training`: per arm, seed and head, the training loss (first and last steps) and
   the validation score of the selected checkpoint, from ``heads/<arm>-s<seed>/``;
-- :func:`convergence`: a stated rule marking which heads trained, and :func:`comparable_types`
-  (preference types whose heads trained in both arms of a seed);
+- :func:`convergence`: a stated loss-only rule marking which heads trained (validation is reported
+  beside it, never used: it would select on the outcome the arms are compared by), and
+  :func:`comparable_types` (preference types whose heads trained in both arms of a seed);
 - :func:`truncation`: per system, arm, seed and prompt, whether the answer hit the generation
   cap (``finish_reason == "length"`` in the ``gen/<unit>/rollouts.jsonl`` the system's answer came
   from);
 - :func:`outcomes` / :func:`summarize`: per-prompt judge outcomes of a recorded comparison (from
-  the judge's cache, no new calls) so that win rates can be recomputed on subsets of prompts;
-- :func:`verdict`: the forward-vs-reverse verdict with a tolerance, as a category and a sentence.
+  the judge's cache, no new calls) so that win rates can be recomputed on subsets of prompts, with
+  a bootstrap CI over prompts or over users (``groups="user"``: a test user writes several prompts);
+- :func:`with_correctness`: those outcomes with whether each side's answer has the right number;
+- :func:`verdict`: the forward-vs-reverse verdict with a tolerance, as a category and a sentence;
+  a seed whose comparison is all ties is reported as uninformative, not counted as "no difference".
 """
 from __future__ import annotations
 
@@ -51,15 +55,17 @@ def head_training(run: str | Path, arms, seeds, window: int = 5) -> pd.DataFrame
     return pd.DataFrame(rows)
 
 
-def convergence(heads: pd.DataFrame, val_tol: float, loss_drop: float) -> pd.DataFrame:
-    """Mark a head ``trained`` when (a) its loss over the last steps is at most ``1 - loss_drop`` of
-    its loss over the first steps and (b) its selected validation score is within ``val_tol`` of the
-    better of the two arms' heads for the same pole and seed."""
+def convergence(heads: pd.DataFrame, *, loss_drop: float) -> pd.DataFrame:
+    """Mark a head ``trained`` when its loss over the last steps is at most ``1 - loss_drop`` of its
+    loss over the first steps. The rule reads the head's own training loss only: its validation
+    score is reported (``validation gap to best arm``: the better arm's score for the same pole and
+    seed minus this head's) but not used, since a rule that drops the arm with the worse validation
+    would select on the outcome the two arms are then compared by."""
     h = heads.copy()
     h["loss ratio (last/first)"] = h["loss, last steps"] / h["loss, first steps"]
     best = h.groupby(["seed", "head"])["validation"].transform("max")
     h["validation gap to best arm"] = best - h["validation"]
-    h["trained"] = (h["loss ratio (last/first)"] <= 1 - loss_drop) & (h["validation gap to best arm"] <= val_tol + 1e-12)
+    h["trained"] = h["loss ratio (last/first)"] <= 1 - loss_drop + 1e-12
     return h
 
 
@@ -138,35 +144,70 @@ def outcomes(run: str | Path, a: str, b: str, judge_) -> pd.DataFrame:
     return judge.outcomes(str(run / a), str(run / b), run / "judge", judge_)
 
 
-def summarize(df: pd.DataFrame, n_boot: int = 1000) -> dict:
-    """Win rate of A with a bootstrap CI (``polyvox.judge.summarize``); empty subsets give None."""
+def summarize(df: pd.DataFrame, n_boot: int = 1000, groups: str | None = None) -> dict:
+    """Win rate of A with a bootstrap CI (``polyvox.judge.summarize``): over prompts, or with
+    ``groups="user"`` over test users (each user's prompts drawn together); empty subsets give None."""
     if len(df) == 0:
-        return {"n": 0, "W": 0, "T": 0, "L": 0, "win_rate": None, "ci_low": None, "ci_high": None}
-    return judge.summarize(df, n_boot=n_boot)
+        return {"n": 0, "W": 0, "T": 0, "L": 0, "win_rate": None, "ci_low": None, "ci_high": None,
+                **({"clusters": 0} if groups is not None else {})}
+    return judge.summarize(df, n_boot=n_boot, groups=groups)
+
+
+def with_correctness(run: str | Path, a: str, b: str, judge_) -> pd.DataFrame:
+    """:func:`outcomes` plus ``correct_a`` / ``correct_b``: whether each side's answer ends in the right
+    number (the rubric's correctness point, :func:`polyvox.studies.personas.world.final_integer`)."""
+    run = Path(run)
+    o = outcomes(run, a, b, judge_)
+    texts = {p.prompt_id: (p.a, p.b, str(p.row.get("gold"))) for p in judge.pairs(str(run / a), str(run / b))}
+    o["correct_a"] = [pw.final_integer(texts[i][0]) == texts[i][2] for i in o["prompt_id"]]
+    o["correct_b"] = [pw.final_integer(texts[i][1]) == texts[i][2] for i in o["prompt_id"]]
+    return o
 
 
 # ---------------------------------------------------------------- verdict
 
-def verdict(wr, lo, hi, tolerance: float) -> tuple[str, str]:
+def verdict(wr, lo, hi, tolerance: float, decisive=None, seeds=None) -> tuple[str, str]:
     """(category, sentence) for reverse-vs-forward win rates of several seeds (reverse's side).
+
+    ``decisive``: per seed, the number of prompts that are not ties (W + L); the sentence states how
+    many of them the verdict rests on. A seed with prompts but
+    no decisive one (all ties: win rate 50%, CI [50, 50]) says nothing about which arm is better; it
+    is named *uninformative (all ties)* and left out of the verdict, never counted as "no
+    difference". A seed with no prompts is left out too. On the seeds left:
 
     ``none``: the mean is within ``tolerance`` of 50% and every CI covers 50%; ``reverse`` /
     ``forward``: every seed on one side of 50% and the mean at least ``tolerance`` from it;
-    ``mixed`` otherwise; ``empty`` when no seed has prompts."""
-    keep = [i for i, w in enumerate(wr) if w is not None and not (isinstance(w, float) and np.isnan(w))]
+    ``mixed`` otherwise; ``uninformative`` when every seed with prompts is all ties; ``empty`` when
+    no seed has prompts. ``seeds``: the seeds' names for the sentence (default 0, 1, …)."""
+    seeds = list(seeds) if seeds is not None else list(range(len(wr)))
+    missing = lambda w: w is None or (isinstance(w, float) and np.isnan(w))  # noqa: E731
+    empty = [i for i, w in enumerate(wr) if missing(w)]
+    ties = [i for i, w in enumerate(wr) if not missing(w) and decisive is not None and decisive[i] == 0]
+    keep = [i for i in range(len(wr)) if i not in empty and i not in ties]
+    names = lambda ix: ", ".join(str(seeds[i]) for i in ix)  # noqa: E731
+    notes = ([f"seed{'s' if len(ties) > 1 else ''} {names(ties)} uninformative (all ties)"] if ties else []) + \
+            ([f"seed{'s' if len(empty) > 1 else ''} {names(empty)} without prompts"] if empty else [])
     if not keep:
+        if ties:
+            return "uninformative", "uninformative (all ties)" + (f"; {notes[1]}" if empty else "")
         return "empty", "no prompts left to compare"
+    extra = list(notes) + ([f"{len(keep)} of {len(wr)} seeds counted"] if notes else [])
+    if decisive is not None:
+        d = int(sum(decisive[i] for i in keep))
+        extra.insert(0, f"{d} non-tie prompt{'' if d == 1 else 's'} counted")
+    note = f" ({'; '.join(extra)})" if extra else ""
+    every = "every counted seed" if notes else "every seed"
     wr = np.asarray([wr[i] for i in keep], float)
     lo = np.asarray([lo[i] for i in keep], float)
     hi = np.asarray([hi[i] for i in keep], float)
     mean = wr.mean()
     tol = f"±{100 * tolerance:.0f} points"
     if abs(mean - 0.5) < tolerance and all(a <= 0.5 <= b for a, b in zip(lo, hi)):
-        return "none", (f"no difference at this scale: mean {100 * mean:.1f}% is within {tol} of 50% and every "
-                        f"seed's CI includes 50%")
+        return "none", (f"no difference at this scale: mean {100 * mean:.1f}% is within {tol} of 50% and {every}'s "
+                        f"CI includes 50%{note}")
     if (wr > 0.5).all() and mean - 0.5 >= tolerance:
-        return "reverse", f"reverse KL better: every seed above 50%, mean {100 * mean:.1f}%"
+        return "reverse", f"reverse KL better: {every} above 50%, mean {100 * mean:.1f}%{note}"
     if (wr < 0.5).all() and 0.5 - mean >= tolerance:
-        return "forward", f"forward KL better: every seed below 50%, mean {100 * mean:.1f}% for reverse"
+        return "forward", f"forward KL better: {every} below 50%, mean {100 * mean:.1f}% for reverse{note}"
     return "mixed", (f"no consistent winner: mean {100 * mean:.1f}%, seeds from {100 * wr.min():.1f}% to "
-                     f"{100 * wr.max():.1f}% (tolerance {tol})")
+                     f"{100 * wr.max():.1f}% (tolerance {tol}){note}")
