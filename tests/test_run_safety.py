@@ -67,6 +67,7 @@ def test_each_request_is_sampled_with_its_own_seed_whatever_its_batch(tiny):
     assert other_seed[0].text != one[0].text  # a random model: different seeds differ over 12 tokens
 
 
+@pytest.mark.slow  # ~10 s on 2 cores: compiles nothing on CPU but runs both cache paths
 def test_the_static_cache_path_gives_the_dynamic_paths_completions(tiny):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

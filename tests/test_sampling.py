@@ -34,6 +34,7 @@ def test_transformers_backend_generates_with_counts(tiny):
     assert [c.text for c in _generate(single)] == [c.text for c in outs]
 
 
+@pytest.mark.slow  # ~8 s: builds and loads an adapter
 def test_lora_adapter_changes_outputs(tiny, lora):
     base = [c.text for c in _generate(TransformersBackend(str(tiny)))]
     adapted = [c.text for c in _generate(TransformersBackend(str(tiny), adapter=str(lora)))]
