@@ -37,8 +37,9 @@ def _cmd_judge(args) -> int:
         s = pipeline.load_scale(run / "scale.yaml")
         j = _judge(args)
         for name, a, b in pipeline.comparisons(s, run / "systems"):
+            # the run's own resamples, over test users (a user writes several prompts): the chapter's CIs
             t = judge.tally(a, b, run / "judge", j, by=tuple(args.by.split(",")) if args.by else pipeline.BY,
-                            n_boot=args.n_boot or s["judge"]["n_boot"])  # the run's own: the chapter's CIs
+                            n_boot=args.n_boot or s["judge"]["n_boot"], groups=args.groups or "user")
             print(f"== {name}")
             print(judge.as_table(t))
         return 0
@@ -55,7 +56,7 @@ def _cmd_judge(args) -> int:
         print(json.dumps(r))
     else:
         t = judge.tally(args.a, args.b, args.out, j, by=tuple(args.by.split(",")) if args.by else (),
-                        n_boot=args.n_boot or 2000)
+                        n_boot=args.n_boot or 2000, groups=args.groups)
         print(judge.as_table(t))
     return 0
 
@@ -88,6 +89,8 @@ def add_commands(subparsers) -> None:
     j.add_argument("--chunk", type=int, default=32)
     j.add_argument("--by", help="tally: comma-separated row labels to break down by (pick_size,preference)")
     j.add_argument("--n-boot", type=int, help="bootstrap resamples (default: the run's, or 2000)")
+    j.add_argument("--groups", help="tally: resample whole groups by this label (e.g. user) instead of prompts "
+                                    "(default with --run: user, as the chapter does)")
     j.set_defaults(func=_cmd_judge)
 
     p = subparsers.add_parser("personas", help="Part II's miniature pipeline")
