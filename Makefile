@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 PIP := .venv/bin/pip
 
-.PHONY: book test test-fast lint-imports venv lock clean
+.PHONY: book test test-fast lint-imports venv lock clean chromium
 
 venv: .venv/.installed
 
@@ -19,8 +19,9 @@ venv: .venv/.installed
 book: venv
 	$(PY) -m polyvox.cli book build
 
-# the whole suite: units, the real server, training on CPU, every chapter, the real book build
-test: venv lint-imports
+# the whole suite: units, the real server, training on CPU, every chapter, the real book build,
+# the built book in a real browser (Debian's chromium, installed when missing)
+test: venv lint-imports chromium
 	$(PY) -m pytest -q tests
 
 # no model training, no server, no notebook execution (target: under 60 s on 2 cores)
@@ -45,3 +46,10 @@ lock:
 
 clean:
 	rm -rf _build book/panel/*.ipynb book/world/*.ipynb book/corrections.md
+
+# tests/test_browser.py drives Debian's chromium through Playwright, which never downloads a
+# browser: install the Debian package when it is missing (sudo only when not root)
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  SUDO=""; [ "$$(id -u)" -eq 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -q && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
