@@ -184,6 +184,10 @@ def _personas(root: Path) -> list[Finding]:
                    "released, and the miniature's numbers are not comparable with them", "book/personas/persona_basis")]
     tallies = json.loads((run / "judge" / "tallies.json").read_text())
     by_name = {t["name"]: t for t in tallies}
+    scale = yaml.safe_load((run / "scale.yaml").read_text())
+    heads = A.convergence(A.head_training(run, scale["arms"]["losses"], scale["arms"]["seeds"]), loss_drop=0.5)
+    failed = {a: (int((~g["trained"]).sum()), len(g)) for a, g in heads.groupby("arm")}
+    failed_text = ", ".join(f"{n} of {m} {a}" for a, (n, m) in failed.items())
     for system in ("router_head", "oracle_head"):
         rows = [t["overall"] for name, t in sorted(by_name.items())
                 if name.endswith(f": reverse {system} vs forward {system}")]
@@ -194,7 +198,10 @@ def _personas(root: Path) -> list[Finding]:
         out.append(Finding("personas", f"run22 (reverse KL) against run21 (forward KL), `{system}` — asked by the "
                            "study, never run", "miniature only",
                            f"raw head-to-head over {len(rows)} seeds: {sentence} (tolerance ±{100 * WIN_TOL:.0f} "
-                           "points); the chapter shows the same on heads that trained in both arms",
+                           f"points); heads that did not train (the chapter's loss rule, loss_drop 0.5): {failed_text}"
+                           + ("; where one arm's heads failed, the raw verdict is confounded with optimisation — the "
+                              "chapter reads it only on heads that trained in both arms"
+                              if any(n for n, _ in failed.values()) else ""),
                            "book/personas/persona_basis"))
     return out
 
