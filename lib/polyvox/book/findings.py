@@ -239,13 +239,60 @@ def _collab(root: Path) -> list[Finding]:
     return out
 
 
+def _t_interval(x) -> tuple[float, float, float]:
+    """Mean and 95% t-interval across seeds (nan bounds below two seeds)."""
+    import numpy as np
+    from scipy import stats
+
+    x = np.asarray(x, dtype=float)
+    if len(x) < 2:
+        return float(x.mean()), float("nan"), float("nan")
+    h = stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
+    return float(x.mean()), float(x.mean() - h), float(x.mean() + h)
+
+
+def _side(lo: float, hi: float, up: str, down: str, neither: str) -> str:
+    return up if lo > 0 else down if hi < 0 else neither
+
+
 def _world(root: Path) -> list[Finding]:
-    return [Finding("world", "The panel format against a thinking model under matched training (the study's "
-                    "comparison confounded format with post-training)", "miniature only",
-                    "five-million-parameter models trained here on arithmetic, three RL seeds and a token-cap sweep; "
-                    "verdicts from intervals in the chapter", "book/world/replication"),
-            Finding("world", "RL on each arm's own variance band (the study ran the panel arm only)", "miniature only",
-                    "both arms run here; the gains and their intervals are in the chapter", "book/world/replication")]
+    """Part IV's two comparisons, from the recorded runs: the systems at each seed's largest cap, and
+    the hill-climb gain per arm; intervals are t-intervals across RL seeds (the chapter's rule)."""
+    from .. import runs
+    from ..records import read_jsonl
+
+    w = root / "data" / "runs" / "world"
+    seeds = sorted(int(d.name.split("-")[1]) for d in w.glob("seed-*"))
+    diffs, caps = [], set()
+    for k in seeds:
+        cap = max(int(d.name.split("-")[1]) for d in (w / f"seed-{k}" / "eval").glob("cap-*"))
+        caps.add(cap)
+        acc = {sy: runs.graded_samples(w / f"seed-{k}" / "eval" / f"cap-{cap}" / sy).groupby("problem_id").correct.mean()
+               for sy in ("tiny-panel", "tiny-think")}
+        diffs.append(float((acc["tiny-think"] - acc["tiny-panel"]).dropna().mean()))
+    m, lo, hi = _t_interval(diffs)
+    out = [Finding("world", "The panel format against a thinking model under matched training (the study's "
+                   "comparison confounded format with post-training)", "miniature only",
+                   f"at the largest cap ({'/'.join(map(str, sorted(caps)))} tokens), think − panel {100 * m:+.1f} points "
+                   f"(95% t-interval over {len(seeds)} seeds {100 * lo:+.1f} to {100 * hi:+.1f}; per seed "
+                   + ", ".join(f"{100 * d:+.1f}" for d in diffs) + "): "
+                   + _side(lo, hi, "tiny-think higher", "tiny-panel higher", "no difference distinguishable across seeds"),
+                   "book/world/replication")]
+    parts = []
+    for arm in ("panel", "think"):
+        gains, collapsed = [], 0
+        for k in seeds:
+            traj = [r for r in read_jsonl(w / f"seed-{k}" / f"hillclimb-{arm}" / "heldout_trajectory.jsonl") if "note" not in r]
+            log = [r for r in read_jsonl(w / f"seed-{k}" / f"hillclimb-{arm}" / "train_log.jsonl") if "note" not in r]
+            gains.append(traj[-1]["heldout_mean"] - traj[0]["heldout_mean"])
+            collapsed += len(log) >= 3 and all(r.get("format_valid") == 0 for r in log[-3:])
+        gm, glo, ghi = _t_interval(gains)
+        parts.append(f"{'thinking' if arm == 'think' else 'panel'} arm {100 * gm:+.1f} points (95% t-interval "
+                     f"{100 * glo:+.1f} to {100 * ghi:+.1f}): " + _side(glo, ghi, "a gain", "a loss", "no clear change")
+                     + (f", {collapsed} of {len(seeds)} runs collapsed" if collapsed else ""))
+    out.append(Finding("world", "RL on each arm's own variance band (the study ran the panel arm only)", "miniature only",
+                       "held-out gain over " + f"{len(seeds)} seeds: " + "; ".join(parts), "book/world/replication"))
+    return out
 
 
 def findings(root: Path) -> list[Finding]:
