@@ -102,3 +102,28 @@ def test_length_metrics_on_samples():
     assert out["panel_only"]["n"] == 1 and out["thinking_only"]["n"] == 1 and out["neither"]["n"] == 0
     assert out["all_paired"]["n"] == 4
     assert out["both_correct"]["ratio_geomean"] == pytest.approx(math.sqrt(7 * 1))
+
+
+@pytest.mark.parametrize("x,mean,lo,hi", [
+    # t_{0.975, 2} = 4.302653; sd(ddof=1) of (1, 2, 3) = 1; half-width 4.302653 / sqrt(3)
+    ([1.0, 2.0, 3.0], 2.0, 2.0 - 4.302653 / 3 ** 0.5, 2.0 + 4.302653 / 3 ** 0.5),
+    # t_{0.975, 1} = 12.706205; sd of (0, 1) = 0.7071068; half-width 12.706205 · 0.7071068 / sqrt(2) = 6.3531
+    ([0.0, 1.0], 0.5, 0.5 - 6.3531024, 0.5 + 6.3531024),
+    ([0.2, 0.2, 0.2], 0.2, 0.2, 0.2),  # no spread: a zero-width interval
+])
+def test_t_interval_table(x, mean, lo, hi):
+    from polyvox.metrics import t_interval
+
+    m, a, b = t_interval(x)
+    assert m == pytest.approx(mean) and a == pytest.approx(lo, abs=1e-5) and b == pytest.approx(hi, abs=1e-5)
+
+
+def test_t_interval_needs_two_values_for_bounds():
+    import math
+
+    from polyvox.metrics import t_interval
+
+    m, lo, hi = t_interval([0.4])
+    assert m == 0.4 and math.isnan(lo) and math.isnan(hi)
+    with pytest.raises(ValueError, match="no values"):
+        t_interval([])

@@ -148,6 +148,24 @@ def paired_difference(a: Sequence[float], b: Sequence[float]) -> PairedDifferenc
     return PairedDifference(len(d), mean, se, mean / se if se > 0 else float("nan"))
 
 
+def t_interval(x: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
+    """Mean and two-sided Student-t interval of the mean: the across-seed interval of the book.
+
+    With n values, the half-width is t_{(1+level)/2, n-1} · sd(ddof=1) / sqrt(n). Seeds are few
+    (three here), so the interval is wide by construction; fewer than two values give nan bounds.
+    """
+    from scipy import stats
+
+    v = np.asarray(x, dtype=np.float64)
+    if len(v) == 0:
+        raise ValueError("t_interval: no values")
+    m = float(v.mean())
+    if len(v) < 2:
+        return m, float("nan"), float("nan")
+    h = float(stats.t.ppf((1 + level) / 2, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v)))
+    return m, m - h, m + h
+
+
 def passk_crossover_table(n_a, c_a, n_b, c_b, ks: Sequence[int]) -> list[dict]:
     """Rows of (k, pass@k for a and b, paired difference) as in the published tables."""
     rows = []

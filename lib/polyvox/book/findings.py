@@ -239,18 +239,6 @@ def _collab(root: Path) -> list[Finding]:
     return out
 
 
-def _t_interval(x) -> tuple[float, float, float]:
-    """Mean and 95% t-interval across seeds (nan bounds below two seeds)."""
-    import numpy as np
-    from scipy import stats
-
-    x = np.asarray(x, dtype=float)
-    if len(x) < 2:
-        return float(x.mean()), float("nan"), float("nan")
-    h = stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
-    return float(x.mean()), float(x.mean() - h), float(x.mean() + h)
-
-
 def _side(lo: float, hi: float, up: str, down: str, neither: str) -> str:
     return up if lo > 0 else down if hi < 0 else neither
 
@@ -258,7 +246,7 @@ def _side(lo: float, hi: float, up: str, down: str, neither: str) -> str:
 def _world(root: Path) -> list[Finding]:
     """Part IV's two comparisons, from the recorded runs: the systems at each seed's largest cap, and
     the hill-climb gain per arm; intervals are t-intervals across RL seeds (the chapter's rule)."""
-    from .. import runs
+    from .. import metrics, runs
     from ..records import read_jsonl
 
     w = root / "data" / "runs" / "world"
@@ -270,7 +258,7 @@ def _world(root: Path) -> list[Finding]:
         acc = {sy: runs.graded_samples(w / f"seed-{k}" / "eval" / f"cap-{cap}" / sy).groupby("problem_id").correct.mean()
                for sy in ("tiny-panel", "tiny-think")}
         diffs.append(float((acc["tiny-think"] - acc["tiny-panel"]).dropna().mean()))
-    m, lo, hi = _t_interval(diffs)
+    m, lo, hi = metrics.t_interval(diffs)
     out = [Finding("world", "The panel format against a thinking model under matched training (the study's "
                    "comparison confounded format with post-training)", "miniature only",
                    f"at the largest cap ({'/'.join(map(str, sorted(caps)))} tokens), think − panel {100 * m:+.1f} points "
@@ -286,7 +274,7 @@ def _world(root: Path) -> list[Finding]:
             log = [r for r in read_jsonl(w / f"seed-{k}" / f"hillclimb-{arm}" / "train_log.jsonl") if "note" not in r]
             gains.append(traj[-1]["heldout_mean"] - traj[0]["heldout_mean"])
             collapsed += len(log) >= 3 and all(r.get("format_valid") == 0 for r in log[-3:])
-        gm, glo, ghi = _t_interval(gains)
+        gm, glo, ghi = metrics.t_interval(gains)
         parts.append(f"{'thinking' if arm == 'think' else 'panel'} arm {100 * gm:+.1f} points (95% t-interval "
                      f"{100 * glo:+.1f} to {100 * ghi:+.1f}): " + _side(glo, ghi, "a gain", "a loss", "no clear change")
                      + (f", {collapsed} of {len(seeds)} runs collapsed" if collapsed else ""))
