@@ -6,6 +6,7 @@ starts a server or executes notebooks (whole modules mark themselves with ``pyte
 """
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -89,3 +90,27 @@ def serve(model: Path, copies: int = 1, wait_s: float = 180):
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(p.pid, signal.SIGKILL)
+
+
+def copy_book(root: Path, dest: Path) -> Path:
+    for name in ("_config.yml", "_toc.yml", "requirements.lock"):
+        shutil.copy(root / name, dest / name)
+    for name in ("notebooks", "data"):
+        shutil.copytree(root / name, dest / name)
+    shutil.copytree(root / "book", dest / "book", ignore=shutil.ignore_patterns("*.ipynb", "corrections.md"))
+    return dest
+
+
+@pytest.fixture(scope="session")
+def built_book(root, tmp_path_factory):
+    """The whole book built once per test session from a copy of its sources (every chapter through
+    papermill, then Jupyter Book): (folder, build report, params file). Tests that change inputs and
+    rebuild work on their own copy (test_book.rebuilt)."""
+    import yaml
+
+    from polyvox import book
+
+    dest = copy_book(root, tmp_path_factory.mktemp("book"))
+    params = dest / "params.yaml"
+    params.write_text(yaml.safe_dump({"all": {"data_dir": "data"}}))
+    return dest, book.build(dest, params_file=params, progress=False), params

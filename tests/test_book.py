@@ -20,22 +20,20 @@ from polyvox import book
 pytestmark = pytest.mark.slow
 
 
-def copy_book(root: Path, dest: Path) -> Path:
-    for name in ("_config.yml", "_toc.yml", "requirements.lock"):
-        shutil.copy(root / name, dest / name)
-    for name in ("notebooks", "data"):
-        shutil.copytree(root / name, dest / name)
-    shutil.copytree(root / "book", dest / "book", ignore=shutil.ignore_patterns("*.ipynb", "corrections.md"))
-    return dest
+@pytest.fixture(scope="module")
+def built(built_book):
+    """The session's book build (conftest.built_book), read but never changed here."""
+    return built_book
 
 
 @pytest.fixture(scope="module")
-def built(root, tmp_path_factory):
-    dest = copy_book(root, tmp_path_factory.mktemp("book"))
-    params = dest / "params.yaml"
-    params.write_text(yaml.safe_dump({"all": {"data_dir": "data"}}))
-    report = book.build(dest, params_file=params, progress=False)
-    return dest, report, params
+def rebuilt(built_book, tmp_path_factory):
+    """A copy of the built book (its execution cache included) for the tests that change inputs and
+    rebuild, so the session's build stays as built for the other modules (the browser test)."""
+    dest, report, _ = built_book
+    copy = tmp_path_factory.mktemp("rebuilt") / "book"
+    shutil.copytree(dest, copy, symlinks=True)
+    return copy, report, copy / "params.yaml"
 
 
 def test_every_chapter_executes_without_error(built, root):
@@ -173,22 +171,22 @@ def test_the_built_book_names_no_absolute_build_path(built):
     assert not leaks, leaks[:10]
 
 
-def test_rebuild_with_nothing_changed_executes_nothing(built):
-    dest, _, params = built
+def test_rebuild_with_nothing_changed_executes_nothing(rebuilt):
+    dest, _, params = rebuilt
     report = book.build(dest, params_file=params, html=False, progress=False)
     assert report.executed == [] and len(report.cached) >= 5
 
 
-def test_changing_one_chapters_data_reexecutes_only_that_chapter(built):
-    dest, _, params = built
+def test_changing_one_chapters_data_reexecutes_only_that_chapter(rebuilt):
+    dest, _, params = rebuilt
     traj = dest / "data/multipersona/reports/olympiad_panel_only/heldout_trajectory.jsonl"
     traj.write_text(traj.read_text() + "\n")  # same records, different bytes
     report = book.build(dest, params_file=params, html=False, progress=False)
     assert report.executed == ["panel/variance_band"]
 
 
-def test_new_correction_renders_without_reexecution(built):
-    dest, _, params = built
+def test_new_correction_renders_without_reexecution(rebuilt):
+    dest, _, params = rebuilt
     corr = dest / "data/corrections.yml"
     items = yaml.safe_load(corr.read_text())
     items.append({"date": "2026-12-01", "chapters": ["book/panel/explorer"], "claimed": "x claimed",

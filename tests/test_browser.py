@@ -10,9 +10,8 @@ assertion message. The explorer is driven: search filters rows, a header click s
 page-length menu works, and the side-by-side view typesets math (MathJax) for problem ``a``.
 Screenshots of what a reader sees first (1280×900) go to ``_build/screenshots/``.
 
-The book: ``POLYVOX_BOOK_HTML`` (a built ``_build/html``) if set; else the book that
-``tests/test_book.py`` built earlier in this session (its module fixture leaves the first
-build's HTML in ``<basetemp>/book*/_build/html``); else it is built here once.
+The book: ``POLYVOX_BOOK_HTML`` (a built ``_build/html``) if set; else the session's one
+build (``conftest.built_book``, shared with ``tests/test_book.py``, which rebuilds only on a copy).
 """
 import functools
 import os
@@ -100,22 +99,11 @@ class _Quiet(SimpleHTTPRequestHandler):
 
 
 @pytest.fixture(scope="session")
-def book_html(tmp_path_factory, root) -> Path:
+def book_html(request) -> Path:
     env = os.environ.get("POLYVOX_BOOK_HTML")
     if env:
         return Path(env).resolve()
-    base = tmp_path_factory.getbasetemp()
-    built = sorted(base.glob("book*/_build/html/index.html"), key=lambda p: p.stat().st_mtime)
-    if built:
-        return built[-1].parent
-    import yaml
-    from test_book import copy_book
-
-    from polyvox import book
-
-    dest = copy_book(root, tmp_path_factory.mktemp("browser-book"))
-    (dest / "params.yaml").write_text(yaml.safe_dump({"all": {"data_dir": "data"}}))
-    report = book.build(dest, params_file=dest / "params.yaml", progress=False)
+    _, report, _ = request.getfixturevalue("built_book")  # the session's one build (conftest)
     assert not report.failures, report.failures
     return report.html
 
