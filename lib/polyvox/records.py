@@ -335,17 +335,23 @@ class RunLock:
 
     The lock file holds the holder's PID; a second writer gets one line naming it. The
     kernel drops the lock when the holder dies (a SIGKILL included), so a stale lock
-    file never blocks a resume.
+    file never blocks a resume. A folder this lock created is removed again when the
+    block it guards raises before writing anything else there: a refused run leaves
+    neither an empty folder nor a lock file behind.
     """
 
     def __init__(self, folder: os.PathLike | str):
         self.folder = Path(folder)
         self.fh = None
+        self.created: list[Path] = []
 
     def __enter__(self) -> "RunLock":
         import fcntl
 
+        check_out_path(self.folder)
+        missing = [p for p in (self.folder, *self.folder.parents) if not p.exists()]
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.created = missing  # deepest first
         fh = open(self.folder / ".lock", "a+")
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -361,22 +367,89 @@ class RunLock:
         self.fh = fh
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
         if self.fh is not None:
             self.fh.close()  # closing releases the flock
             self.fh = None
+        if exc_type is not None and self.created:
+            # the run failed before writing anything but the lock: leave no trace of it
+            if {p.name for p in self.folder.iterdir()} <= {".lock"}:
+                (self.folder / ".lock").unlink(missing_ok=True)
+                for p in self.created:
+                    try:
+                        p.rmdir()
+                    except OSError:
+                        break
+
+
+def check_out_path(folder: os.PathLike | str) -> Path:
+    """A folder a command may write into: refuses ``''``/``.``, a file, a path through a file."""
+    if folder is None or str(folder).strip() in ("", "."):
+        raise ValueError(f"an output folder must be named (got {str(folder)!r}); polyvox never writes into "
+                         "the current folder itself")
+    p = Path(folder)
+    for q in (p, *p.parents):
+        if q.exists() and not q.is_dir():
+            raise ValueError(f"{q}: a file, not a folder" + ("" if q == p else f" (in the path {p})"))
+    return p
+
+
+# What a folder holds is recorded as ``kind`` in its manifest; a folder never changes kind.
+KIND_SAMPLE, KIND_JUDGE, KIND_CHAPTER, KIND_BOOK_CACHE, KIND_RL = "sample", "judge", "chapter", "book build", "rl"
+
+
+def manifest_kind(manifest: dict) -> str | None:
+    """The kind of run a manifest describes; manifests written before kinds were recorded are recognised
+    by their shape (a sample run's settings name a task and a format; a judge run lists comparisons)."""
+    if manifest.get("kind"):
+        return str(manifest["kind"])
+    settings = manifest.get("settings")
+    if isinstance(settings, dict) and "task" in settings and "format" in settings:
+        return KIND_SAMPLE
+    if "comparisons" in manifest:
+        return KIND_JUDGE
+    return None
+
+
+def check_folder_kind(folder: os.PathLike | str, kind: str) -> Path:
+    """Read-only check that ``folder`` may hold a run of ``kind``: a new folder, an empty one, or one whose
+    manifest is of the same kind. Call it before writing anything (validate first, write second)."""
+    p = check_out_path(folder)
+    if not p.is_dir():
+        return p
+    manifest = read_manifest(p)
+    if manifest:
+        old = manifest_kind(manifest)
+        if old != kind:
+            raise ValueError(f"{p}: holds a {old or 'unrecognised'} run (its manifest.json), not a {kind} run; "
+                             "a folder holds one kind of run: use a new folder")
+    return p
 
 
 def write_manifest(folder: os.PathLike | str, **fields: Any) -> Path:
-    """Write folder/manifest.json with the given fields plus versions; secrets scrubbed."""
+    """Write folder/manifest.json atomically with the given fields plus versions; secrets scrubbed.
+
+    ``kind`` (what the folder holds) is kept from the existing manifest when not given, and a
+    manifest of another kind is never replaced: a folder holds one kind of run.
+    """
     folder = Path(folder)
+    path = folder / "manifest.json"
+    old = read_manifest(folder) if path.exists() else {}
+    old_kind = manifest_kind(old) if old else None
+    if "kind" not in fields and old_kind is not None:
+        fields["kind"] = old_kind
+    if old and old_kind is not None and fields.get("kind") is not None and fields["kind"] != old_kind:
+        raise ValueError(f"{path}: describes a {old_kind} run; a {fields['kind']} run cannot replace it")
     folder.mkdir(parents=True, exist_ok=True)
     data = scrub(dict(fields))
     data.setdefault("versions", library_versions())
     data.setdefault("git_commit", git_commit())
-    path = folder / "manifest.json"
+    text = json.dumps(data, indent=2, sort_keys=True, default=str, allow_nan=False) + "\n"
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
     os.replace(tmp, path)
     return path
 
@@ -395,7 +468,7 @@ def read_manifest(folder: os.PathLike | str) -> dict:
 def read_json(path: os.PathLike | str) -> Any:
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
     except FileNotFoundError:
         raise RecordError(path, None, "file not found") from None
     except IsADirectoryError:
