@@ -27,12 +27,42 @@ def root() -> Path:
     return ROOT
 
 
+def _tiny_cache_key() -> str:
+    """What the tiny model's bytes depend on: the code that builds it and the libraries it is built with."""
+    import hashlib
+    from importlib import metadata
+
+    h = hashlib.sha256()
+    for f in ("lib/polyvox/testing.py", "lib/polyvox/train/pretrain.py", "lib/polyvox/formats.py"):
+        h.update((ROOT / f).read_bytes())
+    for dist in ("torch", "transformers", "tokenizers"):
+        h.update(metadata.version(dist).encode())
+    return h.hexdigest()[:16]
+
+
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory) -> Path:
-    """A randomly initialised tiny Qwen3 model and its tokenizer, saved with save_pretrained."""
+    """A randomly initialised tiny Qwen3 model and its tokenizer, saved with save_pretrained.
+
+    Built once and kept on disk between test runs (``.pytest_cache/polyvox-tiny-<key>``, the key a
+    hash of the code and library versions that build it; written to a temporary name, then renamed,
+    so parallel workers never see half a model); each session gets its own copy, so a test that
+    edits the model's files changes nothing for the next run.
+    """
     from polyvox.testing import build_tiny_model
 
-    return build_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0)
+    cached = ROOT / ".pytest_cache" / f"polyvox-tiny-{_tiny_cache_key()}"
+    if not (cached / "model.safetensors").exists():
+        staging = Path(str(cached) + f".{os.getpid()}.tmp")
+        shutil.rmtree(staging, ignore_errors=True)
+        build_tiny_model(staging, seed=0)
+        try:
+            staging.rename(cached)
+        except OSError:  # another worker renamed its copy first: the same bytes
+            shutil.rmtree(staging, ignore_errors=True)
+    copy = tmp_path_factory.mktemp("tiny")
+    shutil.copytree(cached, copy, dirs_exist_ok=True)
+    return copy
 
 
 @pytest.fixture(scope="session")
