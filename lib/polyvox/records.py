@@ -250,10 +250,11 @@ _SECRET_NAME = re.compile(
     r"(?i)^(.*_)?(api_?key|secret(_key)?|password|passwd|authorization|credentials?|private_key|access_key)$"
     r"|^((hf|access|auth|bearer|refresh|session|id|github|gh|openai|api)_)?token$")
 # Values that look like keys wherever they appear: OpenAI/Anthropic-style sk-…, Hugging Face
-# hf_…, AWS access key ids, GitHub tokens, Slack tokens, and bearer/basic credentials.
+# hf_…, AWS access key ids, GitHub tokens, Slack tokens, and bearer credentials (a Basic credential is
+# ordinary base64 after an ordinary word: it is removed as a known secret, see scrub_text).
 _SECRET_VALUE = re.compile(
     r"sk-[A-Za-z0-9_\-]{16,}|hf_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{30,}"
-    r"|xox[abprs]-[A-Za-z0-9\-]{10,}|(?i:bearer|basic)\s+[A-Za-z0-9._\-~+/]{8,}=*")
+    r"|xox[abprs]-[A-Za-z0-9\-]{10,}|(?i:bearer)\s+[A-Za-z0-9._\-~+/]{8,}=*")
 # Credentials inside a URL: scheme://user:password@host (or scheme://token@host).
 _SECRET_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/?#@\"'<>]+@")
 # A known secret is removed whole, and so is every run of text made of its pieces of this many
