@@ -9,6 +9,12 @@ the call in flight; a torn last line is cut off on open, as :func:`polyvox.recor
 tolerates one. :class:`CachingBackend` wraps any backend in the cache, as
 lm-evaluation-harness's ``CachingLM`` wraps a model.
 
+Secrets: a backend that holds credentials names them (``secrets()``: the openai backend's key
+and URL credentials); completions are scrubbed of them (:func:`polyvox.records.scrub_text`)
+before they are stored and again when they are read back, so neither the file nor a hit —
+even one stored by an older polyvox — carries a key. A backend without secrets (a local model)
+is cached as it answered: a cached run gives the texts an uncached one would.
+
 Departure from ``CachingLM`` (SQLite, keyed by the model's arguments): the key holds
 the weights' hash, so a retrained checkpoint saved in the same folder misses; and the
 file is append-only JSONL that a reader can open, like every other polyvox record.
@@ -25,7 +31,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .backends.base import Backend, Completion, Request, SamplingParams
-from .records import append_jsonl, iter_jsonl, repair_truncated_tail
+from .records import append_jsonl, iter_jsonl, repair_truncated_tail, scrub_text
 
 
 def request_key(identity: dict, request: Request, params: SamplingParams) -> str:
@@ -68,6 +74,14 @@ class CachingBackend:
         self.cache = cache if isinstance(cache, CompletionCache) else CompletionCache(cache)
         self.name = backend.name
         self._identity = backend.identity()
+        self._secrets = getattr(backend, "secrets", None)
+
+    def _clean(self, c: Completion) -> Completion:
+        if self._secrets is None:
+            return c
+        text = scrub_text(c.text, *self._secrets())
+        return c if text == c.text else Completion(text, c.prompt_tokens, c.completion_tokens, c.finish_reason,
+                                                   c.latency_s)
 
     def prompt(self, fmt: str, text: str):
         return self.backend.prompt(fmt, text)
@@ -78,9 +92,10 @@ class CachingBackend:
     def generate(self, requests: list[Request], params: SamplingParams) -> list[Completion]:
         keys = [request_key(self._identity, r, params) for r in requests]
         found = [self.cache.get(k) for k in keys]
+        found = [None if c is None else self._clean(c) for c in found]
         missing = [i for i, c in enumerate(found) if c is None]
         if missing:
-            fresh = self.backend.generate([requests[i] for i in missing], params)
+            fresh = [self._clean(c) for c in self.backend.generate([requests[i] for i in missing], params)]
             self.cache.put([(keys[i], c) for i, c in zip(missing, fresh)])
             for i, c in zip(missing, fresh):
                 found[i] = c
