@@ -10,9 +10,11 @@ register themselves by name with :func:`register_backend` (a plain dict, as
 lm-evaluation-harness registers its models); ``make_backend`` looks the name up,
 so adding a backend never touches the callers.
 
-``identity()`` names what produced a completion — backend, model (resolved path
-and a hash of its weights, or a hub id / served name) and adapter hash — and is
-the model part of the request cache's key (:mod:`polyvox.cache`).
+``identity()`` names what produced a completion — backend, model (its folder's name
+and hashes of every file that changes its outputs: weights and config, generation
+config, tokenizer, chat template; or a hub id / served name) and adapter hash — and is
+the model part of the request cache's key (:mod:`polyvox.cache`) and of a run's
+settings, so a resume after any of those files changed is refused.
 """
 from __future__ import annotations
 
@@ -178,6 +180,18 @@ def accepted_options(kind: str, **options) -> dict:
 
 _WEIGHTS_FULL_HASH_BYTES = 512 << 20  # hash every byte of weights up to this size; above it, the index
 
+# Everything in a model folder that changes what the model writes, besides its weights: the
+# architecture, the generation defaults ``generate`` falls back on (top_k, repetition_penalty,
+# eos ids), the tokenizer in each format transformers and vLLM read, and the chat template
+# wherever it is kept (its own file, chat_template.json, or a key of tokenizer_config.json).
+_CONFIG_FILES = ("config.json",)
+_GENERATION_FILES = ("generation_config.json",)
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                    "vocab.json", "vocab.txt", "merges.txt", "tokenizer.model", "spiece.model",
+                    "sentencepiece.bpe.model", "preprocessor_config.json", "processor_config.json")
+_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
+_TEMPLATE_FOLDER = "additional_chat_templates"
+
 
 def _safetensors_header(path: Path) -> bytes:
     with path.open("rb") as fh:
@@ -185,36 +199,111 @@ def _safetensors_header(path: Path) -> bytes:
         return fh.read(min(n, 64 << 20))
 
 
+def _identity_files(p: Path) -> list[Path]:
+    """The files of a model folder that its identity covers (weights, configs, tokenizer, templates)."""
+    named = set(_CONFIG_FILES + _GENERATION_FILES + _TOKENIZER_FILES + _TEMPLATE_FILES)
+    files = [x for x in p.iterdir() if x.is_file() and (
+        x.suffix == ".safetensors" or x.name in named or x.name.endswith(".safetensors.index.json")
+        or x.suffix == ".tiktoken")]
+    extra = p / _TEMPLATE_FOLDER
+    if extra.is_dir():
+        files += [x for x in extra.rglob("*") if x.is_file()]
+    return sorted(files)
+
+
+def _chat_templates(p: Path) -> tuple[bytes, bytes | None]:
+    """(tokenizer_config.json without its chat template, canonical bytes of every chat template or None)."""
+    templates: dict[str, object] = {}
+    tok_cfg = p / "tokenizer_config.json"
+    stripped = b""
+    if tok_cfg.is_file():
+        raw = tok_cfg.read_bytes()
+        try:
+            cfg = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            cfg = None
+        if isinstance(cfg, dict):
+            if cfg.get("chat_template") is not None:
+                templates["tokenizer_config.json"] = cfg.pop("chat_template")
+            stripped = json.dumps(cfg, sort_keys=True).encode()
+        else:
+            stripped = raw
+    for name in _TEMPLATE_FILES:
+        if (p / name).is_file():
+            templates[name] = hashlib.sha256((p / name).read_bytes()).hexdigest()
+    extra = p / _TEMPLATE_FOLDER
+    if extra.is_dir():
+        for f in sorted(x for x in extra.rglob("*") if x.is_file()):
+            templates[f"{_TEMPLATE_FOLDER}/{f.relative_to(extra).as_posix()}"] = \
+                hashlib.sha256(f.read_bytes()).hexdigest()
+    return stripped, (json.dumps(templates, sort_keys=True).encode() if templates else None)
+
+
 _identity_memo: dict[tuple, dict] = {}
 
 
 def model_identity(model: str) -> dict:
-    """Resolved path and weights hash of a local model folder; a hub id or served name as given.
+    """The identity of a local model folder — every file that changes its outputs — or a hub id / served name as given.
 
-    Weights up to 512 MB are hashed byte for byte. Larger checkpoints are identified by
-    their weights' index — ``config.json``, every safetensors header (tensor names,
-    shapes, dtypes, offsets) and file sizes — which is cheap for a 60 GB model but does
-    not see a change of values that keeps every shape: give such a model a new folder.
+    - ``weights_sha256``: the weights and ``config.json``. Weights up to 512 MB are hashed byte
+      for byte. Larger checkpoints are identified by their weights' index — every safetensors
+      header (tensor names, shapes, dtypes, offsets) and file sizes — which is cheap for a 60 GB
+      model but does not see a change of values that keeps every shape: give such a model a new folder.
+    - ``generation_config_sha256``: ``generation_config.json`` (the defaults ``generate`` samples with).
+    - ``tokenizer_sha256``: the tokenizer's files (``tokenizer.json``, ``tokenizer_config.json`` without
+      its chat template, vocabularies, special tokens).
+    - ``chat_template_sha256``: every chat template, wherever it is kept (``chat_template.jinja``,
+      ``chat_template.json``, ``additional_chat_templates/``, the ``chat_template`` key of
+      ``tokenizer_config.json``).
+
+    A file that is absent hashes as absent (None for a folder without a generation config or chat
+    template), so adding one changes the identity too. A run's settings hold this identity: a
+    resumed run whose model folder changed in any of these files is refused, naming the field.
     """
     p = Path(model)
     if not p.is_dir():
         return {"model": model}
     p = p.resolve()
-    files = sorted(x for x in p.iterdir() if x.suffix == ".safetensors" or x.name in ("config.json",))
-    stamp = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    files = _identity_files(p)
+    stats = [(f, f.stat()) for f in files]
+    stamp = tuple((str(f.relative_to(p)), s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_ino) for f, s in stats)
     key = (str(p), stamp)
     if key not in _identity_memo:
+        weights = [(f, s) for f, s in stats if f.suffix == ".safetensors" or f.name in _CONFIG_FILES]
+        full = sum(s.st_size for f, s in weights if f.suffix == ".safetensors") <= _WEIGHTS_FULL_HASH_BYTES
         h = hashlib.sha256()
-        full = sum(f.stat().st_size for f in files) <= _WEIGHTS_FULL_HASH_BYTES
-        for f in files:
-            h.update(f.name.encode() + b"\0" + str(f.stat().st_size).encode() + b"\0")
+        for f, s in weights:
+            h.update(f.name.encode() + b"\0" + str(s.st_size).encode() + b"\0")
             if full or f.suffix != ".safetensors":
                 h.update(f.read_bytes())
             else:
                 h.update(_safetensors_header(f))
+        for f in files:
+            if f.name.endswith(".safetensors.index.json"):
+                h.update(f.name.encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
+
+        def digest(names) -> str | None:
+            present = [p / n for n in names if (p / n).is_file()]
+            if not present:
+                return None
+            g = hashlib.sha256()
+            for f in present:
+                g.update(f.name.encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
+            return g.hexdigest()
+
+        tok_cfg, templates = _chat_templates(p)
+        t, n_tok = hashlib.sha256(), 0
+        for f in [p / n for n in _TOKENIZER_FILES] + [f for f in files if f.suffix == ".tiktoken"]:
+            if f.is_file():
+                body = tok_cfg if f.name == "tokenizer_config.json" else f.read_bytes()
+                t.update(f.name.encode() + b"\0" + hashlib.sha256(body).digest())
+                n_tok += 1
         _identity_memo[key] = {"model": p.name, "weights_sha256": h.hexdigest(),
-                               "weights_hash": "content" if full else "index"}
-    return _identity_memo[key]
+                               "weights_hash": "content" if full else "index",
+                               "generation_config_sha256": digest(_GENERATION_FILES),
+                               "tokenizer_sha256": t.hexdigest() if n_tok else None,
+                               "chat_template_sha256": hashlib.sha256(templates).hexdigest() if templates else None}
+    return dict(_identity_memo[key])
 
 
 def adapter_identity(adapter: str | os.PathLike | None) -> str | None:
