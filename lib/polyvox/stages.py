@@ -13,15 +13,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import yaml
-
+from . import config
 from .records import read_manifest
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"  # the repository's configs/
 
 
 def load_scale(study: str, scale: str | Path, required: set[str], optional: set[str] = frozenset()) -> dict:
-    """configs/<study>/<scale>.yaml (or a YAML path) as a dict with its ``name``, sections checked."""
+    """configs/<study>/<scale>.yaml (or a YAML path) as a dict with its ``name``, checked before any work.
+
+    The file is read within :func:`polyvox.config.load_yaml`'s limits (size, aliases, depth,
+    duplicate keys); its sections must be ``required`` (and ``optional``); a study with a model in
+    :data:`polyvox.config.SCALES` has every key, type and range checked, and a problem is one
+    line naming the file and the key. The dict has the file's shape (keys not given stay absent).
+    """
     path = Path(scale)
     folder = CONFIG_DIR / study
     if path.suffix not in (".yaml", ".yml"):
@@ -29,17 +34,19 @@ def load_scale(study: str, scale: str | Path, required: set[str], optional: set[
     if not path.exists():
         names = sorted(p.stem for p in folder.glob("*.yaml"))
         raise ValueError(f"unknown {study} scale {str(scale)!r}; scales: {', '.join(names)} (or a path to a YAML file)")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
+    data = config.load_yaml(path)
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of sections, got {type(data).__name__}")
-    name = data.pop("name", path.stem)  # a run folder's copy of its scale keeps the scale's name
-    if not required <= set(data) or not set(data) <= required | set(optional):
+    sections = set(data) - {"name"}  # a run folder's copy of its scale keeps the scale's name
+    if not required <= sections or not sections <= required | set(optional):
+        missing, unknown = sorted(required - sections), sorted(sections - required - set(optional), key=str)
         raise ValueError(f"{path}: expected the sections {', '.join(sorted(required))}"
-                         + (f" (optional: {', '.join(sorted(optional))})" if optional else ""))
-    return {"name": name, **data}
+                         + (f" (optional: {', '.join(sorted(optional))})" if optional else "")
+                         + (f"; missing {', '.join(missing)}" if missing else "")
+                         + (f"; unknown {', '.join(map(str, unknown))}" if unknown else ""))
+    data = {"name": path.stem, **data} if "name" not in data else data
+    checked = config.check_scale(study, data, str(path))
+    return {"name": checked.pop("name"), **checked}
 
 
 def settings_of(scale: dict, *sections: str, **extra) -> dict:

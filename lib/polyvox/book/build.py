@@ -174,29 +174,48 @@ def cache_key(root: Path, chapter: Chapter, params: dict, library_hash: str | No
 def load_params_file(path: os.PathLike | str | None, root: Path | None = None) -> dict:
     """YAML mapping: {chapter name: {param: value}}, with optional key 'all' applied to every chapter.
 
-    With ``root``, chapter names and parameter names are checked against the book's
-    chapters and each notebook's ``parameters`` cell, so a typo is an error, not a no-op.
+    Read within :func:`polyvox.config.load_yaml`'s limits (size, aliases, depth, duplicate keys).
+    With ``root``, chapter names and parameter names are checked against the book's chapters and
+    each notebook's ``parameters`` cell, and each value against the parameter's default (an
+    integer default takes integers, a text default text …: :func:`polyvox.config.check_param_value`),
+    so a typo is an error before any chapter runs, not a no-op or a failure halfway through.
     """
+    from .. import config
+
     if not path:
         return {}
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise BookError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
-    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        data = config.load_yaml(path)
+    except config.ConfigError as exc:
+        raise BookError(str(exc)) from None
+    data = {} if data is None else data
+    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, dict) for k, v in data.items()):
         raise BookError(f"{path}: expected a mapping of chapter name -> {{parameter: value}}")
+    for name, params in data.items():
+        odd = [k for k in params if not isinstance(k, str) or not k.isidentifier()]
+        if odd:
+            raise BookError(f"{path}: {name}: {odd[0]!r} is not a parameter name")
     if root is not None:
         by_name = {c.name: c for c in chapters(root)}
         unknown = sorted(set(data) - set(by_name) - {"all"})
         if unknown:
             raise BookError(f"{path}: unknown chapter(s) {', '.join(unknown)}; chapters: {', '.join(by_name)}")
-        declared = {name: set(notebook_parameters(c)) for name, c in by_name.items()}
+        declared = {name: notebook_parameters(c) for name, c in by_name.items()}
         for name, params in data.items():
-            known = set.union(set(), *declared.values()) if name == "all" else declared[name]
+            known = set().union(*map(set, declared.values())) if name == "all" else set(declared[name])
             bad = sorted(set(params) - known)
             if bad:
                 raise BookError(f"{path}: {name}: unknown parameter(s) {', '.join(bad)}; "
                                 f"parameters: {', '.join(sorted(known))}")
+            for chapter, decl in declared.items():
+                if name not in ("all", chapter):
+                    continue
+                for key, value in params.items():
+                    if key in decl:
+                        problem = config.check_param_value(key, value, str(decl[key].get("default")))
+                        if problem:
+                            raise BookError(f"{path}: {name}: {key}: {problem}"
+                                            + (f" (in {chapter})" if name == "all" else ""))
     return data
 
 

@@ -33,14 +33,23 @@ _REQUIRED = ("date", "chapters", "claimed", "stands", "source")
 
 
 def load_corrections(root: Path) -> list[dict]:
-    """data/corrections.yml, schema-checked (types and known keys) before the book is touched."""
+    """data/corrections.yml, schema-checked (types and known keys) before the book is touched.
+
+    Read within :func:`polyvox.config.load_yaml`'s limits (size, aliases, depth, duplicate keys);
+    each entry is then a :class:`polyvox.config.Correction` (a real calendar date, an http(s)
+    address with a host …), and every chapter it names must be a chapter of the book's
+    ``_toc.yml`` (a banner for a misspelt chapter would silently show nowhere).
+    """
+    from .. import config
+
     path = root / "data" / "corrections.yml"
     if not path.exists():
         return []
     try:
-        items = yaml.safe_load(path.read_text(encoding="utf-8")) or []
-    except yaml.YAMLError as exc:
-        raise BookError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
+        items = config.load_yaml(path)
+    except config.ConfigError as exc:
+        raise BookError(str(exc)) from None
+    items = [] if items is None else items
     if not isinstance(items, list):
         raise BookError(f"{path}: expected a list of corrections, got {type(items).__name__}")
     for i, item in enumerate(items, start=1):
@@ -49,7 +58,7 @@ def load_corrections(root: Path) -> list[dict]:
         missing = [k for k in _REQUIRED if k not in item]
         if missing:
             raise BookError(f"{path}: entry {i} is missing {', '.join(missing)}")
-        unknown = sorted(set(item) - set(_CORRECTION_FIELDS))
+        unknown = sorted(map(str, set(item) - set(_CORRECTION_FIELDS)))
         if unknown:
             raise BookError(f"{path}: entry {i}: unknown key(s) {', '.join(unknown)}; known: "
                             f"{', '.join(_CORRECTION_FIELDS)}")
@@ -57,7 +66,20 @@ def load_corrections(root: Path) -> list[dict]:
             ok, what = _CORRECTION_FIELDS[key]
             if not ok(value):
                 raise BookError(f"{path}: entry {i}: {key} must be {what}, got {value!r}")
+        try:
+            config.validate(config.Correction, item, str(path), prefix=f"entry {i}")
+        except config.ConfigError as exc:
+            raise BookError(str(exc)) from None
         item["date"] = str(item["date"])
+    if (root / "_toc.yml").exists():
+        from .build import chapters
+
+        entries = {c.toc_entry for c in chapters(root)}
+        for i, item in enumerate(items, start=1):
+            stray = [c for c in item["chapters"] if c not in entries]
+            if stray:
+                raise BookError(f"{path}: entry {i}: chapters: {', '.join(stray)} is not a chapter of the book "
+                                f"(chapters: {', '.join(sorted(entries)) or 'none'})")
     seen: dict[str, int] = {}
     for i, item in enumerate(items, start=1):
         heading = correction_heading(item)

@@ -266,24 +266,23 @@ def _stage_problems(spec: dict, data_dir: str) -> tuple[list, str]:
     return tasks.load(name, data_dir, **spec), tasks.get(name).grader
 
 
-def load_config(path: str | Path, data_dir: str = "data") -> RLConfig:
-    """YAML config: RLConfig fields, plus ``stages`` (each: name, steps, a ``task`` and its
-    ``tasks.load`` options, e.g. ``level``/``limit`` or the world's ``levels``/``per_level``/
-    ``seed``/``split``) and an optional ``heldout`` spec of the same shape. Unknown keys are
-    an error naming the file."""
+def check_config(path: str | Path) -> dict:
+    """An RL config file read and checked, nothing loaded: its keys as given (see :func:`load_config`).
+
+    Read within :func:`polyvox.config.load_yaml`'s limits; every key, type and range is checked by
+    :class:`polyvox.config.RLFile` (tasks and their options by name, graders, ranges), so a wrong
+    key is one line naming the file and the key, before any problem set or model loads.
+    """
     import dataclasses
 
-    import yaml
+    from .. import config
 
-    try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
+    raw = config.load_yaml(path)
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: expected a mapping of RLConfig fields, got {type(raw).__name__}")
     fields = {f.name: f for f in dataclasses.fields(RLConfig)}
     known = set(fields) - {"reward_fn"}
-    unknown = sorted(set(raw) - known)
+    unknown = sorted(map(str, set(raw) - known))
     if unknown:
         raise ValueError(f"{path}: unknown keys {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     for key in ("model", "arm", "out"):
@@ -294,17 +293,28 @@ def load_config(path: str | Path, data_dir: str = "data") -> RLConfig:
         if isinstance(default, (int, float)) and not isinstance(default, bool) and \
                 (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise ValueError(f"{path}: {key} must be a number, got {value!r}")
-    specs = raw.pop("stages", None)
+    specs = raw.get("stages")
     if not isinstance(specs, list) or not specs or not all(isinstance(x, dict) for x in specs):
         raise ValueError(f"{path}: stages must be a non-empty list of mappings (name, steps, task …), got {specs!r}")
-    stages = []
     for i, spec in enumerate(specs, start=1):
         if not isinstance(spec.get("name"), str) or not isinstance(spec.get("steps"), int) or spec["steps"] < 1:
             raise ValueError(f"{path}: stage {i} needs a name and steps ≥ 1, got {spec!r}")
+    config.check_rl(raw, str(path))
+    return raw
+
+
+def load_config(path: str | Path, data_dir: str = "data") -> RLConfig:
+    """YAML config: RLConfig fields, plus ``stages`` (each: name, steps, a ``task`` and its
+    ``tasks.load`` options, e.g. ``level``/``limit`` or the world's ``levels``/``per_level``/
+    ``seed``/``split``) and an optional ``heldout`` spec of the same shape. The whole file is
+    checked first (:func:`check_config`): unknown keys, types and ranges are an error naming
+    the file and the key, before any problem set loads."""
+    raw = dict(check_config(path))
+    specs = raw.pop("stages")
+    stages = []
+    for spec in specs:
         probs, task = _stage_problems(spec, data_dir)
         stages.append(Stage(spec["name"], probs, spec["steps"], spec.get("grading", task)))
     held = raw.pop("heldout", None)
-    if held is not None and not isinstance(held, dict):
-        raise ValueError(f"{path}: heldout must be a mapping (task and its options), got {held!r}")
     heldout, held_grader = _stage_problems(held, data_dir) if held else ([], "integer")
     return RLConfig(stages=stages, heldout=heldout, **{"heldout_grading": held_grader, **raw})
