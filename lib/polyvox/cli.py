@@ -17,29 +17,42 @@ file is written. ``--debug`` (or ``POLYVOX_DEBUG=1``) shows the traceback instea
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
-import yaml
+from . import config
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (the usage is one --help away)."""
+    """argparse, but a usage error is one line (the usage is one --help away).
+
+    A value refused by a ``type=`` function of :mod:`polyvox.config` reads ``--n must be an
+    integer ≥ 1, got 0`` rather than argparse's ``argument --n: must be …``; credentials in the
+    line (a URL's user:password, key-shaped text) are redacted, as in every other error line.
+    """
 
     def error(self, message: str):
-        self.exit(2, f"polyvox: {message} (see {self.prog} --help)\n")
+        from .records import scrub_text
+
+        message = re.sub(r"^argument (?:\S+/)?(\S+): (must be )", r"\1 \2", " ".join(message.split()))
+        self.exit(2, scrub_text(f"polyvox: {message} (see {self.prog} --help)") + "\n")
 
 
 def parse_kv(pairs: list[str]) -> dict:
-    """Parse key=value pairs; values are read as YAML scalars (true, 3, 0.5, text)."""
+    """Parse key=value pairs; values are read as YAML scalars (true, 3, 0.5, text), within
+    :func:`polyvox.config.parse_yaml`'s limits (a value's aliases cannot expand without bound)."""
     out = {}
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
+        key = key.strip()
+        if not sep or not key:
             raise ValueError(f"-p expects key=value, got {pair!r}")
+        if key in out:
+            raise ValueError(f"-p {key} is given twice")
         try:
-            out[key.strip()] = yaml.safe_load(value) if value != "" else ""
-        except yaml.YAMLError as exc:
-            raise ValueError(f"-p {key.strip()}: not a YAML value ({str(exc).splitlines()[0]})") from None
+            out[key] = config.parse_yaml(value, f"-p {key}") if value != "" else ""
+        except config.ConfigError as exc:
+            raise ValueError(f"-p {key}: not a YAML value ({str(exc).split(': ', 1)[-1]})") from None
     return out
 
 
@@ -114,6 +127,12 @@ def _cmd_rl(args) -> int:
     return 0
 
 
+def _world_stages() -> tuple[str, ...]:
+    from .studies.world.pipeline import STAGES
+
+    return STAGES
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .tasks import discover
 
@@ -128,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = book_sub.add_parser("build", help="execute chapters (cached) and build the HTML")
     b.add_argument("--only", help="execute only this chapter (name like panel/accuracy)")
     b.add_argument("--force", action="store_true", help="ignore the cache")
-    b.add_argument("--params", help="YAML file: {chapter: {param: value}}, key 'all' for every chapter")
+    b.add_argument("--params", type=config.existing_file,
+                   help="YAML file: {chapter: {param: value}}, key 'all' for every chapter")
     b.add_argument("--no-html", action="store_true", help="execute and render, skip jupyter-book")
     b.set_defaults(func=_cmd_book_build)
 
@@ -147,20 +167,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--model", required=True, help="path or hub id (openai: the served model name)")
     s.add_argument("--adapter", help="PEFT LoRA folder (safetensors)")
     s.add_argument("--backend", default="transformers", choices=sorted(BACKENDS))
-    s.add_argument("--n", type=int, default=1, help="samples per problem")
-    s.add_argument("--max-tokens", type=int, default=4096)
-    s.add_argument("--temperature", type=float, default=1.0)
-    s.add_argument("--top-p", type=float, default=1.0)
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--limit", type=int, help="first N problems")
+    s.add_argument("--n", type=config.integer(1), default=1, help="samples per problem")
+    s.add_argument("--max-tokens", type=config.integer(1), default=4096)
+    s.add_argument("--temperature", type=config.number(0), default=1.0)
+    s.add_argument("--top-p", type=config.number(0, 1, above=True), default=1.0)
+    s.add_argument("--seed", type=config.integer(0), default=0)
+    s.add_argument("--limit", type=config.integer(1), help="first N problems")
     s.add_argument("--level", help="level filter (tasks with levels: MATH, world)")
-    s.add_argument("--shard", type=int, default=0)
-    s.add_argument("--nshards", type=int, default=1)
-    s.add_argument("--chunk", type=int, default=64, help="samples per backend call (and per flush)")
-    s.add_argument("--batch-size", type=int, default=16, help="transformers batch size")
-    s.add_argument("--base-url", default="http://127.0.0.1:8000", help="openai backend server")
-    s.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
-    s.add_argument("--concurrency", type=int, default=8)
+    s.add_argument("--shard", type=config.integer(0), default=0)
+    s.add_argument("--nshards", type=config.integer(1), default=1)
+    s.add_argument("--chunk", type=config.integer(1), default=64, help="samples per backend call (and per flush)")
+    s.add_argument("--batch-size", type=config.integer(1), default=16, help="transformers batch size")
+    s.add_argument("--base-url", type=config.url, default="http://127.0.0.1:8000", help="openai backend server")
+    s.add_argument("--api-key-env", type=config.env_name, default="OPENAI_API_KEY",
+                   help="environment variable holding the API key")
+    s.add_argument("--concurrency", type=config.integer(1), default=8)
     s.add_argument("--data-dir", default="data")
     s.add_argument("--cache", help="request cache file (JSONL): repeated requests are answered from it")
     s.add_argument("--out", required=True)
@@ -180,12 +201,13 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("action", choices=["run"])
     w.add_argument("--out", required=True)
     w.add_argument("--scale", default="smoke", help="a scale in configs/world/ (smoke, h200) or a YAML path")
-    w.add_argument("--stages", nargs="*", help="subset of: models panel-rl eval bands bands-redraw hillclimb-panel hillclimb-think")
-    w.add_argument("--seeds", type=int, nargs="*", help="RL seeds to run (default: the scale's seeds)")
+    w.add_argument("--stages", nargs="+", type=config.names(_world_stages, "stage", sep=None),
+                   help="subset of: models panel-rl eval bands bands-redraw hillclimb-panel hillclimb-think")
+    w.add_argument("--seeds", type=config.integer(0), nargs="+", help="RL seeds to run (default: the scale's seeds)")
     w.set_defaults(func=_cmd_world)
 
     rlp = sub.add_parser("rl", help="GRPO with LoRA from a YAML config")
-    rlp.add_argument("--config", required=True)
+    rlp.add_argument("--config", required=True, type=config.existing_file, help="configs/rl/*.yaml or another")
     rlp.set_defaults(func=_cmd_rl)
 
     # the studies' own commands: judge plan|run|tally and personas run (Part II), collab run (Part III)

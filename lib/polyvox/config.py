@@ -328,8 +328,9 @@ _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _check_env(text: str) -> str:
-    if not _ENV.fullmatch(text):
-        raise ValueError(f"expected the name of an environment variable (letters, digits, _), got {_show(text)}")
+    if not _ENV.fullmatch(text):  # not echoed: a key pasted here instead of its variable's name stays out of logs
+        raise ValueError("expected the name of an environment variable (letters, digits, _), "
+                         "got something else (not repeated here: it may be the key itself)")
     return text
 
 
@@ -877,9 +878,9 @@ def url(text: str) -> str:
 
 def env_name(text: str) -> str:
     """argparse ``type=``: the name of an environment variable."""
-    if not _ENV.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"must be the name of an environment variable (letters, digits, _), "
-                                         f"got {text!r}")
+    if not _ENV.fullmatch(text):  # not echoed: it may be the key itself
+        raise argparse.ArgumentTypeError("must be the name of an environment variable (letters, digits, _), "
+                                         "not the key itself or other text")
     return text
 
 

@@ -8,25 +8,45 @@ The lead's ``polyvox.cli`` calls :func:`add_commands` with its subparsers. A fai
 """
 from __future__ import annotations
 
+import argparse
 import sys
+from pathlib import Path
+
+from ... import config
+
+MODELS = ("small", "mid", "big", "large")  # the pool's base models, each a folder of --models
 
 
 def _cmd_run(args) -> int:
     from .pipeline import STAGES, run
     from .scheduler import AgentError
 
-    stages = tuple(args.stages.split(",")) if args.stages else STAGES
-    unknown = sorted(set(stages) - set(STAGES))
-    if unknown:
-        print(f"polyvox collab: unknown stages {', '.join(unknown)}; stages: {', '.join(STAGES)}", file=sys.stderr)
-        return 1
+    stages = args.stages or STAGES  # names checked as the command line was parsed
     try:
         times = run(args.out, args.scale, stages, models_dir=args.models)
     except (AgentError, ValueError) as exc:
-        print(f"polyvox collab: {exc}", file=sys.stderr)
+        from ...records import scrub_text
+
+        print(scrub_text(f"polyvox collab: {' '.join(str(exc).split())}"), file=sys.stderr)
         return 1
     print("seconds per stage: " + ", ".join(f"{k} {v}" for k, v in times.items()))
     return 0
+
+
+def _models_dir(text: str) -> str:
+    """argparse ``type=``: a folder of trained base models (small, mid, big, large, each with config.json)."""
+    config.existing_dir(text)
+    missing = [m for m in MODELS if not (Path(text) / m / "config.json").is_file()]
+    if missing:
+        raise argparse.ArgumentTypeError(f"must be a folder of trained base models ({', '.join(MODELS)}, each "
+                                         f"with config.json); {text!r} lacks {', '.join(missing)}")
+    return text
+
+
+def _stages():
+    from .pipeline import STAGES
+
+    return STAGES
 
 
 def add_commands(subparsers) -> None:
@@ -35,8 +55,10 @@ def add_commands(subparsers) -> None:
     r = sub.add_parser("run", help="run every stage (models, pd, rl, eval) for a scale into --out")
     r.add_argument("--scale", default="smoke", help="configs/collab/<scale>.yaml or a YAML path")
     r.add_argument("--out", required=True)
-    r.add_argument("--stages", default=None, help="comma-separated subset of models,pd,rl,eval")
-    r.add_argument("--models", default=None, help="use trained base models from this folder")
+    r.add_argument("--stages", default=None, type=config.names(_stages, "stage"),
+                   help="comma-separated subset of models,pd,rl,eval")
+    r.add_argument("--models", default=None, type=_models_dir,
+                   help="use trained base models from this folder (small, mid, big, large)")
     r.set_defaults(func=_cmd_run)
 
 

@@ -12,8 +12,11 @@ the variable ``--api-key-env`` names).
 """
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
+
+from ... import config
 
 
 def _judge(args):
@@ -22,7 +25,7 @@ def _judge(args):
     if args.judge == "rubric":
         return pipeline.rubric_judge()
     if not args.model:
-        raise SystemExit("polyvox judge: --judge openai needs --model (and --base-url)")
+        raise ValueError("judge: --judge openai needs --model (and --base-url)")
     return pipeline.make_judge({"kind": "openai", "model": args.model, "base_url": args.base_url,
                                 "api_key_env": args.api_key_env, "concurrency": args.concurrency,
                                 "max_tokens": args.max_tokens})
@@ -38,13 +41,14 @@ def _cmd_judge(args) -> int:
         j = _judge(args)
         for name, a, b in pipeline.comparisons(s, run / "systems"):
             # the run's own resamples, over test users (a user writes several prompts): the chapter's CIs
-            t = judge.tally(a, b, run / "judge", j, by=tuple(args.by.split(",")) if args.by else pipeline.BY,
-                            n_boot=args.n_boot or s["judge"]["n_boot"], groups=args.groups or "user")
+            t = judge.tally(a, b, run / "judge", j, by=args.by or pipeline.BY,
+                            n_boot=s["judge"]["n_boot"] if args.n_boot is None else args.n_boot,
+                            groups=args.groups or "user")
             print(f"== {name}")
             print(judge.as_table(t))
         return 0
     if not (args.a and args.b and args.out):
-        raise SystemExit("polyvox judge: --a, --b and --out are needed (or tally --run DIR)")
+        raise ValueError("judge: --a, --b and --out are needed (or tally --run DIR)")
     j = _judge(args)
     if args.action == "plan":
         p = judge.plan(args.a, args.b, args.out, j, retry_unparseable=args.retry_unparseable)
@@ -55,8 +59,8 @@ def _cmd_judge(args) -> int:
                       retry_unparseable=args.retry_unparseable, progress=True)
         print(json.dumps(r))
     else:
-        t = judge.tally(args.a, args.b, args.out, j, by=tuple(args.by.split(",")) if args.by else (),
-                        n_boot=args.n_boot or 2000, groups=args.groups)
+        t = judge.tally(args.a, args.b, args.out, j, by=args.by or (),
+                        n_boot=2000 if args.n_boot is None else args.n_boot, groups=args.groups)
         print(judge.as_table(t))
     return 0
 
@@ -64,31 +68,65 @@ def _cmd_judge(args) -> int:
 def _cmd_personas_run(args) -> int:
     from . import pipeline
 
-    stages = tuple(args.stages.split(",")) if args.stages else pipeline.STAGES
-    out = pipeline.run(args.out, args.scale, stages)
+    out = pipeline.run(args.out, args.scale, args.stages or pipeline.STAGES)
     print(f"personas run folder: {out}")
     return 0
 
 
+def _system_spec(text: str) -> str:
+    """argparse ``type=``: FILE:SYSTEM, an existing systems file and a system name."""
+    file, sep, system = text.rpartition(":")
+    if not sep or not file or not system:
+        raise argparse.ArgumentTypeError(f"must be FILE:SYSTEM (a systems JSONL and a system name), got {text!r}")
+    if not Path(file).is_file():
+        raise argparse.ArgumentTypeError(f"must be FILE:SYSTEM with an existing FILE; no such file: {file!r}")
+    return text
+
+
+def _run_folder(text: str) -> str:
+    """argparse ``type=``: a personas run folder (it holds the run's scale.yaml)."""
+    config.existing_dir(text)
+    if not (Path(text) / "scale.yaml").is_file():
+        raise argparse.ArgumentTypeError(f"must be a personas run folder (with scale.yaml), got {text!r}")
+    return text
+
+
+def _labels(text: str) -> tuple[str, ...]:
+    """argparse ``type=``: comma-separated row labels, none empty."""
+    labels = tuple(x.strip() for x in text.split(","))
+    if not all(labels):
+        raise argparse.ArgumentTypeError(f"must be comma-separated labels (e.g. pick_size,preference), got {text!r}")
+    return labels
+
+
+def _stages():
+    from .pipeline import STAGES
+
+    return STAGES
+
+
 def add_commands(subparsers) -> None:
-    """Add ``judge plan|run|tally`` and ``personas run`` to the ``polyvox`` parser's subparsers."""
+    """Add ``judge plan|run|tally`` and ``personas run`` to the ``polyvox`` parser's subparsers.
+
+    Every number, address, file and stage list is checked as the command line is parsed
+    (:mod:`polyvox.config`'s ``type=`` functions), before any judge or model is made."""
     j = subparsers.add_parser("judge", help="pairwise judging in both orders: plan, run, tally")
     j.add_argument("action", choices=("plan", "run", "tally"))
-    j.add_argument("--a", help="FILE:SYSTEM (a systems JSONL and a system name)")
-    j.add_argument("--b", help="FILE:SYSTEM")
+    j.add_argument("--a", type=_system_spec, help="FILE:SYSTEM (a systems JSONL and a system name)")
+    j.add_argument("--b", type=_system_spec, help="FILE:SYSTEM")
     j.add_argument("--out", help="verdicts folder (verdicts.jsonl, manifest.json)")
-    j.add_argument("--run", help="tally: every comparison of a personas run folder")
+    j.add_argument("--run", type=_run_folder, help="tally: every comparison of a personas run folder")
     j.add_argument("--judge", choices=("rubric", "openai"), default="rubric")
-    j.add_argument("--base-url", default="http://127.0.0.1:8000")
+    j.add_argument("--base-url", type=config.url, default="http://127.0.0.1:8000")
     j.add_argument("--model")
-    j.add_argument("--api-key-env", default="OPENAI_API_KEY")
-    j.add_argument("--concurrency", type=int, default=8)
-    j.add_argument("--max-tokens", type=int, default=16)
-    j.add_argument("--max-attempts", type=int, default=3)
+    j.add_argument("--api-key-env", type=config.env_name, default="OPENAI_API_KEY")
+    j.add_argument("--concurrency", type=config.integer(1), default=8)
+    j.add_argument("--max-tokens", type=config.integer(1), default=16)
+    j.add_argument("--max-attempts", type=config.integer(1), default=3)
     j.add_argument("--retry-unparseable", action="store_true")
-    j.add_argument("--chunk", type=int, default=32)
-    j.add_argument("--by", help="tally: comma-separated row labels to break down by (pick_size,preference)")
-    j.add_argument("--n-boot", type=int, help="bootstrap resamples (default: the run's, or 2000)")
+    j.add_argument("--chunk", type=config.integer(1), default=32)
+    j.add_argument("--by", type=_labels, help="tally: comma-separated row labels to break down by (pick_size,preference)")
+    j.add_argument("--n-boot", type=config.integer(1), help="bootstrap resamples (default: the run's, or 2000)")
     j.add_argument("--groups", help="tally: resample whole groups by this label (e.g. user) instead of prompts "
                                     "(default with --run: user, as the chapter does)")
     j.set_defaults(func=_cmd_judge)
@@ -97,5 +135,6 @@ def add_commands(subparsers) -> None:
     p.add_argument("action", choices=("run",))
     p.add_argument("--scale", default="smoke", help="configs/personas/<scale>.yaml or a YAML path")
     p.add_argument("--out", required=True)
-    p.add_argument("--stages", help="comma-separated subset of router,heads,generate,systems,judge")
+    p.add_argument("--stages", type=config.names(_stages, "stage"),
+                   help="comma-separated subset of router,heads,generate,systems,judge")
     p.set_defaults(func=_cmd_personas_run)
