@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -31,11 +32,52 @@ from .records import portable_path
 
 
 def portable_config(adapter: str | Path) -> None:
-    """PEFT writes the base model's path as given (often absolute): keep it portable."""
-    path = Path(adapter) / "adapter_config.json"
-    cfg = json.loads(path.read_text())
-    cfg["base_model_name_or_path"] = portable_path(cfg.get("base_model_name_or_path"))
-    path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    """PEFT writes the base model's path as given (often absolute): keep it portable (see :func:`make_portable`)."""
+    make_portable(adapter)
+
+
+_CARD_BASE = re.compile(r"(base_model:(?:adapter:)?\s*)(/[^\s'\"]*)")
+
+
+def make_portable(folder: str | Path) -> Path:
+    """Rewrite what PEFT saved in an adapter folder so that it names no absolute machine path.
+
+    PEFT records the base model as it was given — often an absolute path — in
+    ``adapter_config.json`` (``base_model_name_or_path``) and in the model card it writes
+    beside it (``README.md``: ``base_model:`` and the ``base_model:adapter:…`` tag). Both become
+    :func:`polyvox.records.portable_path` (relative to the working folder when inside it, else
+    the path's last two parts), in the folder and in any adapter subfolder (``save_pretrained``
+    with several adapters writes one folder per adapter). Files are rewritten only when they
+    change. Returns the folder.
+    """
+    folder = Path(folder)
+    renamed: dict[str, str] = {}
+    for cfg_path in sorted(folder.rglob("adapter_config.json")):
+        cfg = json.loads(cfg_path.read_text())
+        base = cfg.get("base_model_name_or_path")
+        new = portable_path(base) if base else base
+        if new != base:
+            cfg["base_model_name_or_path"] = new
+            cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+            for form in (str(base), str(base).rstrip("/"), Path(base).as_posix()):
+                renamed[form] = new
+    for card in sorted(folder.rglob("README.md")):
+        text = card.read_text(encoding="utf-8")
+        fixed = text
+        for form in sorted(renamed, key=len, reverse=True):
+            fixed = fixed.replace(form, renamed[form])
+        # a card written beside a config made portable earlier still names the base as it was given
+        fixed = _CARD_BASE.sub(lambda m: m.group(1) + (portable_path(m.group(2)) or ""), fixed)
+        if fixed != text:
+            card.write_text(fixed, encoding="utf-8")
+    return folder
+
+
+def save_adapter(model, out: str | Path, **kwargs) -> Path:
+    """``model.save_pretrained(out)`` as safetensors, then :func:`make_portable`: the one way polyvox saves
+    an adapter, so no adapter folder it writes names this machine's paths."""
+    model.save_pretrained(str(out), safe_serialization=True, **kwargs)
+    return make_portable(out)
 
 
 class AdapterError(ValueError):
@@ -110,12 +152,11 @@ def save_mix(base_model_path: str | Path, adapters: dict[str, str | Path], weigh
     model = mix(load_adapters(base, {n: adapters[n] for n in weights}), weights, "mix")
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, selected_adapters=["mix"], safe_serialization=True)
+    save_adapter(model, tmp, selected_adapters=["mix"])
     src = tmp / "mix" if (tmp / "mix").exists() else tmp
     shutil.rmtree(out, ignore_errors=True)
     shutil.move(str(src), str(out))
     shutil.rmtree(tmp, ignore_errors=True)
-    portable_config(out)
     meta = {"weights": {k: float(v) for k, v in weights.items()},
             "sources": {k: portable_path(adapters[k]) for k in weights},
             "combination": "cat (rank concatenation)"}
