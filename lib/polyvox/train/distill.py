@@ -55,7 +55,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..adapters import portable_config
+from ..adapters import save_adapter
 from ..records import append_jsonl, now_iso, portable_path, write_manifest
 
 LOSSES = ("forward", "reverse")
@@ -221,8 +221,7 @@ def train(cfg: DistillConfig, student_prompts: list[str], teacher_prompts: list[
         bar.set_postfix(loss=f"{row['loss']:.4f}")
         if step % cfg.save_every == 0 or step == cfg.steps:
             model.eval()
-            model.save_pretrained(out / f"step-{step}", safe_serialization=True)
-            portable_config(out / f"step-{step}")
+            save_adapter(model, out / f"step-{step}")
             if select_fn is not None:
                 with torch.no_grad():
                     scores[step] = float(select_fn(model, step))

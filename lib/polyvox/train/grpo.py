@@ -36,7 +36,7 @@ from typing import Callable
 import numpy as np
 
 from .. import formats, grading, tasks
-from ..adapters import portable_config
+from ..adapters import save_adapter
 from ..records import RunLock, append_jsonl, now_iso, portable_path, write_manifest
 
 
@@ -247,8 +247,7 @@ def _train(cfg: RLConfig, progress: bool = True) -> Path:
             raise RuntimeError(f"stage {stage.name}: TRL ran {trainer.state.global_step} of {stage.steps} steps")
         global_step += stage.steps
         adapter = str(stage_dir / "adapter")
-        trainer.model.save_pretrained(adapter, safe_serialization=True)
-        portable_config(adapter)
+        save_adapter(trainer.model, adapter)
         del trainer, model, base
         if device == "cuda":
             torch.cuda.empty_cache()

@@ -23,6 +23,7 @@ import random
 import time
 from pathlib import Path
 
+from ...adapters import save_adapter
 from ...train.pretrain import save, sft_batches, train_loop, train_tokenizer
 from .traces import solo
 
@@ -123,7 +124,7 @@ def train_pd(base_dir: Path, out_dir: Path, pairs, seq_len: int, batch: int, ste
     random.Random(seed).shuffle(rows)
     train_loop(model, batcher(rows, batch, tok.pad_token_id, seed), steps, lr, dev, log, out_dir.name, progress)
     if mode == "lora":
-        model.save_pretrained(out_dir, safe_serialization=True)
+        save_adapter(model, out_dir)
     else:
         save(model, tok, out_dir)
     card = {"base": base_dir.name, "mode": mode, "rank": rank if mode == "lora" else None, "steps": steps, "batch": batch, "lr": lr, "examples": len(rows),
