@@ -263,7 +263,9 @@ def describe(exc: ValidationError, source: str, model: type[BaseModel] | None = 
             line = head + f"{where}expected {what}, got {_show(first['input'])}"
             got = first["input"]
             if first["type"] in ("float_type", "int_type") and isinstance(got, str) and _is_number(got):
-                line += f" (YAML reads {got} as text: write it with a decimal point, e.g. 1.0e-5)"
+                sci = re.fullmatch(r"([-+]?\d+)[eE]([-+]?\d+)", got.strip())
+                line += (f" (YAML reads {got} as text: write {sci[1]}.0e{sci[2]})" if sci
+                         else " (text, not a number: write it without quotes)")
     rest = len(errors) - used
     return line + (f" (and {rest} more problem{'s' * (rest > 1)})" if rest > 0 else "")
 
@@ -504,7 +506,8 @@ class PersonasJudge(Strict):
         else:
             given = [k for k in llm if k in self.model_fields_set]
             if given:
-                raise ValueError(f"{', '.join(given)} apply to kind: openai only (the rubric judge reads none)")
+                raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to kind: openai only "
+                                 "(the rubric judge reads none of them)")
         return self
 
 
