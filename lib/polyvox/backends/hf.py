@@ -1,21 +1,26 @@
 """The transformers backend: ``from_pretrained`` on a path or hub id, an optional PEFT adapter.
 
-bf16 on GPU, fp32 on CPU. Requests are sorted by prompt length and batched with
-left padding (less padding, same results); stop strings go to
-``generate(stop_strings=…)`` and are cut from the text. On CUDA, generation uses
-transformers' static KV cache, whose decode step transformers compiles
-(``cache_implementation="static"``, its maintained path; ``bench/sampling.py``
-measures it against the default dynamic cache); on CPU the dynamic cache.
+bf16 on GPU, fp32 on CPU. Requests are sorted by prompt length and batched (less padding,
+same results); prompts are tokenised in one batched call (each distinct prompt once) and
+completions decoded in one. On CUDA, generation runs polyvox's own decode loop
+(:mod:`polyvox.backends.decode`: packed prefill, a KV cache packed per row, FlashAttention
+over each row's own tokens with the query heads folded onto their KV head, each decode step
+compiled and replayed as one CUDA graph; ``bench/sampling.py`` measures it against
+``generate``). On CPU, ``generate`` with the dynamic cache and left padding; stop strings go
+to ``generate(stop_strings=…)`` there and to the loop's own check on CUDA, and are cut from
+the text. A model whose generation config asks for a logits processor the loop does not
+apply (repetition penalty, banned words, …) goes through ``generate`` on CUDA too.
 
 Seeds: every request is sampled with its own seed, whatever batch it lands in.
 ``generate``'s own sampler draws from one global generator for the whole batch, so a
 request's text would depend on its batch-mates; instead :class:`SeededSampler` picks
 each token by the Gumbel-max trick with *counter-based* noise — the noise for
 (request seed, step, token id) is a fixed hash (splitmix64) — after temperature and
-top-p, and ``generate`` then runs greedy on the picked token. The draw is exactly a
-sample from the softmax (Gumbel-max), and it is a function of the request alone: a
-rerun with another ``--batch-size`` or ``--chunk`` gives the same completions (up to
-floating-point differences between batch shapes, which flip a token only at a near tie).
+top-p, and ``generate`` then runs greedy on the picked token. The decode loop calls the same
+:func:`seeded_choice`. The draw is exactly a sample from the softmax (Gumbel-max), and it is
+a function of the request alone: a rerun with another ``--batch-size`` or ``--chunk`` gives
+the same completions (up to floating-point differences between batch shapes, which flip a
+token only at a near tie); the decode loop gives the eager path's texts in fp32 (tested on CPU).
 """
 from __future__ import annotations
 
@@ -56,6 +61,24 @@ def counter_uniform(seeds, step: int, vocab: int):
     return (_shr(x, 11).to(torch.float64) + 0.5) / float(1 << 53)
 
 
+def seeded_choice(scores, seeds, step, temperature: float, top_p: float):
+    """Each row's token: argmax of logits/temperature (top-p filtered) + Gumbel noise of (seed, step, token).
+
+    ``step`` is the index of the token being sampled (an int, or a 0-d int64 tensor inside the
+    decode loop's graph); the result is a function of the row's own logits and seed alone.
+    """
+    import torch
+
+    logits = scores.float() / temperature
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+        cum = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
+        drop = cum - torch.softmax(sorted_logits, dim=-1) >= top_p  # keep the smallest set reaching top_p
+        logits = logits.scatter(1, order, sorted_logits.masked_fill(drop, float("-inf")))
+    gumbel = -torch.log(-torch.log(counter_uniform(seeds, step, logits.shape[1]))).to(logits.dtype)
+    return torch.argmax(logits + gumbel, dim=-1)
+
+
 class SeededSampler:
     """A logits processor that samples each row with its request's seed (see the module docstring)."""
 
@@ -68,15 +91,8 @@ class SeededSampler:
     def __call__(self, input_ids, scores):
         import torch
 
-        logits = scores.float() / self.temperature
-        if self.top_p < 1.0:
-            sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
-            cum = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
-            drop = cum - torch.softmax(sorted_logits, dim=-1) >= self.top_p  # keep the smallest set reaching top_p
-            logits = logits.scatter(1, order, sorted_logits.masked_fill(drop, float("-inf")))
         step = input_ids.shape[1] - self.prompt_len
-        gumbel = -torch.log(-torch.log(counter_uniform(self.seeds, step, logits.shape[1]))).to(logits.dtype)
-        choice = torch.argmax(logits + gumbel, dim=-1)
+        choice = seeded_choice(scores, self.seeds, step, self.temperature, self.top_p)
         out = torch.full_like(scores, float("-inf"))
         return out.scatter_(1, choice[:, None], 0.0)
 
@@ -112,7 +128,8 @@ class TransformersBackend(LocalBackend):
             self.model = PeftModel.from_pretrained(self.model, adapter)
         self.model.eval()
         self.batch_size = batch_size
-        self.static = static_cache  # None: static cache + compiled decode on CUDA, dynamic cache on CPU
+        self.static = static_cache  # None: the decode loop on CUDA, generate with the dynamic cache on CPU
+        self.stats: dict | None = None  # a dict here collects the decode loop's timings (benches)
 
     @classmethod
     def identity_options(cls, options: dict) -> dict:
@@ -122,28 +139,41 @@ class TransformersBackend(LocalBackend):
 
     def generate(self, requests: list[Request], params: SamplingParams) -> list[Completion]:
         return generate_batched(self.model, self.tokenizer, requests, params, self.batch_size, self.device,
-                                self.static)
+                                self.static, self.stats)
 
 
-STATIC_PAD = 64  # prompts are left-padded to a multiple of this on the static-cache path: few shapes, few compiles
+STATIC_PAD = 64  # prompts are left-padded to a multiple of this on generate's static-cache path: few compiles
 
 
 def generate_rows(model, rows: list[list[int]], seeds: list[int], params: SamplingParams, pad_id: int,
                   eos_id, device: str, static: bool = False, batch_size: int | None = None,
-                  tokenizer=None) -> list[list[int]]:
+                  tokenizer=None, cap_hint: int = 0, stats: dict | None = None) -> list[list[int]]:
     """Generate after each row of prompt token ids; returns the new token ids of each row.
 
-    ``static``: transformers' static KV cache, whose decode step transformers compiles on
-    CUDA (``cache_implementation="static"``). A compiled step is specialised to its shapes,
-    so prompts are padded to a multiple of ``STATIC_PAD`` and a short last batch is filled
-    up to ``batch_size`` with copies of its last row (their outputs are dropped; each row
-    samples with its own seed, so the filler changes no other row's text).
+    ``static``: polyvox's decode loop (:func:`polyvox.backends.decode.decode_rows`: static packed
+    KV cache, compiled and graph-captured decode step on CUDA, eager on CPU), whose rows end after
+    their first end-of-sequence token or stop string. A short batch is filled up to
+    ``batch_size`` rows (one captured graph per batch size; each row samples with its own seed,
+    so the filler changes no other row's text). A model the loop cannot reproduce
+    (:func:`polyvox.backends.decode.unsupported`) goes through ``generate`` with its static cache.
+    Otherwise ``generate`` with the dynamic cache and left padding: rows run to the batch's end,
+    padded with ``pad_id`` after their end (callers count tokens up to the first eos).
     """
     import torch
 
+    if static and all(rows):
+        from . import decode
+
+        reason = decode.unsupported(model)
+        if reason is None:
+            return decode.decode_rows(model, rows, seeds, params.max_tokens, params.temperature, params.top_p,
+                                      pad_id, eos_id, device, batch_rows=batch_size, stops=tuple(params.stop),
+                                      tokenizer=tokenizer, cap_hint=cap_hint, stats=stats)
     n = len(rows)
     width = max(len(r) for r in rows)
-    if static:
+    extra = {}
+    if static:  # generate's own static cache (compiled decode step on CUDA)
+        extra = {"cache_implementation": "static"}
         width = -(-width // STATIC_PAD) * STATIC_PAD
         if batch_size and n < batch_size:
             rows, seeds = rows + [rows[-1]] * (batch_size - n), seeds + [seeds[-1]] * (batch_size - n)
@@ -154,7 +184,6 @@ def generate_rows(model, rows: list[list[int]], seeds: list[int], params: Sampli
         mask[k, width - len(r):] = 1
     sampler = [SeededSampler(seeds, params.temperature, params.top_p, width, device)] \
         if params.temperature > 0 else None
-    extra = {"cache_implementation": "static"} if static else {}
     with torch.no_grad():
         gen = model.generate(input_ids=input_ids.to(device), attention_mask=mask.to(device),
                              max_new_tokens=params.max_tokens, do_sample=False, logits_processor=sampler,
@@ -163,27 +192,37 @@ def generate_rows(model, rows: list[list[int]], seeds: list[int], params: Sampli
     return gen[:n, width:].tolist()
 
 
-def generate_batched(model, tokenizer, requests: list[Request], params: SamplingParams, batch_size: int,
-                     device: str, static: bool | None = None) -> list[Completion]:
-    """Length-sorted, left-padded batched generation with a loaded model (also used inside RL).
+def tokenize_prompts(tokenizer, prompts: list[str]) -> list[list[int]]:
+    """Token ids of each prompt (no special tokens added): one batched call over the distinct prompts."""
+    distinct = list(dict.fromkeys(prompts))
+    ids = dict(zip(distinct, tokenizer(distinct, add_special_tokens=False)["input_ids"])) if distinct else {}
+    return [ids[p] for p in prompts]
 
-    ``static`` (default: on CUDA) takes the static-cache, compiled-decode path of :func:`generate_rows`.
+
+def generate_batched(model, tokenizer, requests: list[Request], params: SamplingParams, batch_size: int,
+                     device: str, static: bool | None = None, stats: dict | None = None) -> list[Completion]:
+    """Length-sorted batched generation with a loaded model (also used inside RL).
+
+    ``static`` (default: on CUDA) takes the decode loop of :func:`generate_rows`; otherwise
+    ``generate`` with left padding. ``stats`` collects the decode loop's timings (benches).
     """
     static = str(device).startswith("cuda") if static is None else static
-    ids = [tokenizer(r.prompt, add_special_tokens=False)["input_ids"] for r in requests]
+    ids = tokenize_prompts(tokenizer, [r.prompt for r in requests])
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     out: list[Completion | None] = [None] * len(ids)
     eos = tokenizer.eos_token_id
+    longest = max((len(x) for x in ids), default=0)
     for b in range(0, len(order), batch_size):
         idx = order[b:b + batch_size]
         t0 = time.perf_counter()
         new = generate_rows(model, [ids[i] for i in idx], [requests[i].seed for i in idx], params,
-                            tokenizer.pad_token_id, eos, device, static, batch_size, tokenizer)
+                            tokenizer.pad_token_id, eos, device, static, batch_size, tokenizer,
+                            cap_hint=longest, stats=stats)
         latency = (time.perf_counter() - t0) / len(idx)
-        for row, i in zip(new, idx):
-            # generated tokens up to and including the first eos (padding after it is filler)
-            n_tok = row.index(eos) + 1 if eos in row else len(row)
-            text = tokenizer.decode(row[:n_tok], skip_special_tokens=True)
+        # generated tokens up to and including the first eos (padding after it is filler)
+        counts = [row.index(eos) + 1 if eos in row else len(row) for row in new]
+        texts = tokenizer.batch_decode([row[:k] for row, k in zip(new, counts)], skip_special_tokens=True)
+        for row, i, n_tok, text in zip(new, idx, counts, texts):
             text, stopped = _cut_at_stop(text, params.stop)
             finish = "stop" if (stopped or eos in row[:n_tok] or n_tok < params.max_tokens) else "length"
             out[i] = Completion(text, len(ids[i]), n_tok, finish, latency)

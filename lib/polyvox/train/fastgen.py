@@ -6,9 +6,20 @@ TRL's own vLLM "colocate" mode does with a vLLM engine, polyvox keeps a second,
 plain (non-PEFT) copy of the model in the generation dtype and, whenever the training
 step has changed, writes into it the policy's merged weights — ``W + scale·B·A`` for
 every LoRA module, from PEFT's own ``get_delta_weight`` — then generates on it with
-:func:`polyvox.backends.hf.generate_rows` (static KV cache, compiled decode on CUDA,
-per-row seeds). The copy's weights are updated in place, so the compiled decode step is
-reused across steps.
+:func:`polyvox.backends.hf.generate_rows` — on CUDA polyvox's decode loop
+(:mod:`polyvox.backends.decode`: packed prefill, FlashAttention over each row's own tokens,
+the decode step compiled once and replayed as a CUDA graph), per-row seeds. The copy's
+weights are updated in place, so the captured graph is reused across steps; it is captured
+again only when a batch needs a larger KV capacity (rounded up to 256 tokens), and the
+compilation is dynamic in rows and capacity, so new prompt widths cost no recompilation.
+
+First-shape costs in training: on CUDA the trainer turns PyTorch's cuDNN attention backend
+off for the process (``torch.backends.cuda.enable_cudnn_sdp(False)``). cuDNN builds a plan
+for every new sequence shape, 1–3 s each in the recorded runs, and GRPO batches have a new
+padded width almost every step; the flash and memory-efficient kernels need no plans.
+
+The copy is refreshed whenever the policy may have changed: at a new global step, and at the
+first generation of every ``train()`` call (a second ``train()`` restarts ``global_step``).
 
 Departure from the policy: the copy runs in bf16 on GPU while the policy trains in fp32
 under bf16 autocast, so sampling probabilities differ from the policy's by rounding, as
@@ -61,6 +72,16 @@ def fast_trainer_class():
         polyvox_seed: int = 0
         polyvox_timing: dict
 
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            if self.accelerator.device.type == "cuda":
+                torch.backends.cuda.enable_cudnn_sdp(False)  # no per-shape plan building (module docstring)
+            self._pv_round = 0
+
+        def train(self, *args, **kwargs):
+            self._pv_round += 1  # global_step restarts: the copy must be refreshed again
+            return super().train(*args, **kwargs)
+
         def _polyvox_copy(self):
             if getattr(self, "_pv_copy", None) is None:
                 device = self.accelerator.device
@@ -69,6 +90,7 @@ def fast_trainer_class():
                 self._pv_copy.eval()
                 self._pv_step = None
                 self.polyvox_timing = {"refresh_s": 0.0, "generate_s": 0.0, "tokens": 0, "calls": 0}
+                self.polyvox_decode_stats = {}
             return self._pv_copy
 
         def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
@@ -77,16 +99,17 @@ def fast_trainer_class():
 
             copy = self._polyvox_copy()
             t0 = time.perf_counter()
-            if self._pv_step != self.state.global_step:
+            version = (self._pv_round, self.state.global_step)
+            if self._pv_step != version:
                 refresh(self.model, copy)
-                self._pv_step = self.state.global_step
+                self._pv_step = version
             t1 = time.perf_counter()
             params = SamplingParams(self.max_completion_length, self.temperature, self.top_p or 1.0)
             seeds = [step_seed(self.polyvox_seed, self.state.global_step, i) for i in range(len(prompt_ids))]
             eos = self.eos_token_ids
             rows = generate_rows(copy, [list(p) for p in prompt_ids], seeds, params, self._tokenizer.pad_token_id,
                                  eos, str(self.accelerator.device), static=self.accelerator.device.type == "cuda",
-                                 batch_size=len(prompt_ids))
+                                 batch_size=len(prompt_ids), stats=self.polyvox_decode_stats)
             eos_set = set(eos if isinstance(eos, (list, tuple)) else [eos])
             completions = []
             for row in rows:
