@@ -26,9 +26,11 @@ def test_published_case_study_table_is_problems_by_systems(published):
     assert len(table) == 20 and table["problem"].tolist()[0] == "a"
     for s in ("panel", "thinking"):
         assert {f"{s}: correct", f"{s}: words", f"{s}: cap hit"} <= set(table.columns)
-        assert set(table[f"{s}: correct"]) <= {"yes", "no", "—"}
+        assert set(table[f"{s}: correct"]) <= {"yes", "no", "not graded"}
     graded = table[table["label"].isin(explore.GRADED_CATEGORIES)]
-    assert (graded["panel: correct"] != "—").all() and (table[~table.index.isin(graded.index)]["panel: correct"] == "—").all()
+    ungraded = table[~table.index.isin(graded.index)]
+    assert (graded["panel: correct"] != "not graded").all() and (ungraded["panel: correct"] == "not graded").all()
+    assert (ungraded["panel: answer"] == "not graded").all() and "nan" not in table.astype(str).to_string().lower()
     assert table.loc[0, "text"].startswith("A circle passes through the points (0,0), (8,0), and (0,6)")
 
 
@@ -180,3 +182,218 @@ def test_explore_from_a_live_kernel_on_a_fresh_sample_of_tiny_think(root, tmp_pa
     assert "my-sample: correct" in page and "class='pv-pair'" in page and page.count("<details>") == 3
     assert "3 problems, 1 system(s)" in "".join(o.get("data", {}).get("text/markdown", "")
                                                 for c in executed.cells if c.cell_type == "code" for o in c.outputs)
+
+
+# ------------------------------------------------------------------ the explorer's data (issue 19 item 5)
+
+def _shipped(root, dest, systems=("tiny-panel", "tiny-think"), cap="cap-256", lines=96):
+    """The first lines/8 problems (8 samples each) of shipped world eval runs, manifests as shipped."""
+    for system in systems:
+        (dest / system).mkdir(parents=True)
+        src = root / f"data/runs/world/seed-0/eval/{cap}/{system}"
+        shutil.copy(src / "manifest.json", dest / system)
+        (dest / system / "graded.jsonl").write_text("\n".join((src / "graded.jsonl").read_text().splitlines()[:lines]) + "\n")
+    return dest
+
+
+def _records(folder):
+    return [json.loads(x) for x in (folder / "graded.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def world(root, tmp_path_factory):
+    folder = _shipped(root, tmp_path_factory.mktemp("world") / "eval")
+    return folder, explore.load(folder, data_dir=root / "data")
+
+
+def test_explorer_rows_hold_every_sample_of_both_systems(world):
+    folder, ro = world
+    data = explore.explorer_data(ro)
+    assert len(data["groups"]) == 1 and data["embedded"] == {**data["embedded"], "problems": 12, "of": 12}
+    g = data["groups"][0]
+    assert g["name"] == "world" and g["systems"] == ["tiny-panel", "tiny-think"] and (g["a"], g["b"]) == tuple(g["systems"])
+    assert [r["id"] for r in g["rows"]] == list(dict.fromkeys(r["problem_id"] for r in _records(folder / "tiny-think")))
+    for system in g["systems"]:
+        recs = _records(folder / system)
+        for rec in recs:
+            samples = g["traces"][rec["problem_id"]][system]
+            assert [x["i"] for x in samples] == list(range(8))  # the selector lists all n samples, in order
+            x = samples[rec["sample_index"]]
+            assert (x["correct"], x["answer"], x["length"], x["cap"]) == (
+                rec["correct"], rec["extracted"], rec["completion_tokens"], rec["finish_reason"] == "length")
+            reasoning, final = explore.split_trace(ro_format := json.loads(
+                (folder / system / "manifest.json").read_text())["settings"]["format"], rec["completion"])
+            assert x["final"] is not None and data["pool"][x["final"]] == explore.render_markdown(final)
+            if reasoning:
+                assert data["pool"][x["reasoning"]] == explore.render_markdown(reasoning)
+            assert x["valid"] == explore.formats.format_valid(ro_format, rec["completion"])
+    # identical traces are stored once
+    assert len(data["pool"]) == len(set(data["pool"]))
+    page = explore.explorer_html(data)
+    embedded = re.search(r"<script type='application/json' id='([\w-]+)-data'>(.*?)</script>", page, re.S)
+    assert embedded.group(1) == data["id"] and json.loads(embedded.group(2)) == json.loads(json.dumps(data))
+    assert "Traces of all 12 problems are on this page" in page
+
+
+def _majority(answers):
+    counts = {}
+    for a in answers:
+        counts[a] = counts.get(a, 0) + 1
+    return max(counts, key=counts.get)
+
+
+def test_quick_filters_match_the_records(world):
+    folder, ro = world
+    g = explore.explorer_data(ro)["groups"][0]
+    recs = {s: _records(folder / s) for s in g["systems"]}
+    ids = [r["id"] for r in g["rows"]]
+
+    def per(system, pid):
+        return [r for r in recs[system] if r["problem_id"] == pid]
+
+    def acc(system, pid):
+        rs = per(system, pid)
+        return sum(r["correct"] for r in rs) / len(rs)
+
+    a, b = g["systems"]
+    expect = {
+        "ab": [p for p in ids if acc(a, p) > acc(b, p)],
+        "ba": [p for p in ids if acc(b, p) > acc(a, p)],
+        "disagree": [p for p in ids if len({_majority([r["extracted"] for r in per(s, p)]) for s in recs}) > 1],
+        "wrong": [p for p in ids if any(not r["correct"] for s in recs for r in per(s, p))],
+        "cap": [p for p in ids if any(r["finish_reason"] == "length" for s in recs for r in per(s, p))],
+        "invalid": [p for p in ids if any(not explore.formats.format_valid(
+            "panel" if s == "tiny-panel" else "think", r["completion"]) for s in recs for r in per(s, p))],
+    }
+    for key, want in expect.items():
+        assert explore.filter_rows(g, key) == want, key
+    assert all(expect[k] for k in ("wrong", "invalid")), "the fixture should exercise these filters"
+    assert explore.filter_rows(g, "ab", a=b, b=a) == expect["ba"]  # swapping A and B swaps the two filters
+    assert explore.filter_rows(g, "ab", a=a, b=a) == []  # one system against itself: never
+    with pytest.raises(KeyError, match="unknown quick filter"):
+        explore.filter_rows(g, "nope")
+
+
+def test_table_formats_numbers_and_says_no_answer_not_nan(root, tmp_path):
+    # a graded run where the grader found no answer in some samples: extracted null in graded.jsonl
+    run = _shipped(root, tmp_path, systems=("tiny-think",), lines=16) / "tiny-think"
+    recs = _records(run)
+    for r in recs[:3]:
+        r.update(correct=False, extracted=None, grade_status="ungradable")
+    for r in recs[8:]:
+        r.update(correct=False, extracted=None)
+    (run / "graded.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    ro = explore.load(run, data_dir=root / "data")
+    table = ro.table()
+    assert table.loc[1, "tiny-think: answer"] == "no answer" and table.loc[1, "tiny-think: correct"] == 0.0
+    assert table.loc[0, "tiny-think: correct"] == 0.625 and table.loc[0, "tiny-think: answer"] == recs[3]["extracted"]
+    assert table["tiny-think: mean tokens"].map(type).eq(int).all()
+    assert "nan" not in table.astype(str).to_string().lower()
+    pid = recs[0]["problem_id"]
+    page = ro.side_by_side_html(pid, sample=0)
+    assert "no answer" in page and "nan" not in page.lower()
+    g = explore.explorer_data(ro)["groups"][0]
+    assert g["rows"][1]["stats"]["tiny-think"]["shown"] == "no answer"
+    assert [x["answer"] for x in g["traces"][pid]["tiny-think"][:3]] == [None, None, None]
+    # pandas turns a column of Nones into NaN: still "no answer", never "nan"
+    ro.traces["extracted"] = float("nan")
+    ro.traces["correct"] = False
+    assert "graded answer" not in ro.side_by_side_html(pid) and "nan" not in ro.side_by_side_html(pid).lower()
+    assert set(ro.table()["tiny-think: answer"]) == {"no answer"}
+    data = explore.explorer_data(ro)
+    assert "NaN" not in json.dumps(data) and "nan" not in explore.explorer_html(data).split("<script>")[0].lower()
+
+
+def test_headings_inside_traces_are_demoted(published):
+    out = explore.render_markdown("# Step 1\n\ntext\n\n## Step 2\n\n$x$ ok\n\nSetext\n======")
+    assert not re.search(r"<h[1-6]", out) and "<p class='pv-h pv-h1'><strong>Step 1</strong></p>" in out
+    assert "<strong>Setext</strong>" in out and "\\(x\\)" in out
+    t = published.traces
+    with_heads = t[t["completion"].str.contains(r"^#{1,6} ", regex=True, flags=re.M)]
+    assert len(with_heads), "the case study has traces with Markdown headings"
+    page = published.side_by_side_html(with_heads["problem_id"].iloc[0])
+    assert not re.search(r"<h[1-6][ >]", page)
+
+
+def _run_of(root, dest, task, fmt, pids_completions, task_options=None):
+    """A run folder as polyvox sample writes it (manifest settings + rollouts.jsonl), with given completions."""
+    dest.mkdir(parents=True)
+    settings = {"task": task, "format": fmt, "limit": None, "task_options": task_options or {}, "n": 2,
+                "sampling": {"max_tokens": 32, "temperature": 1.0}}
+    (dest / "manifest.json").write_text(json.dumps({"settings": settings, "status": "complete"}))
+    lines = [json.dumps({"problem_id": pid, "sample_index": i, "prompt_hash": "x", "completion": c,
+                         "prompt_tokens": 5, "completion_tokens": 12 + i, "finish_reason": "length" if i else "stop",
+                         "latency_s": 0.1, "metadata": {}})
+             for pid, cs in pids_completions for i, c in enumerate(cs)]
+    (dest / "rollouts.jsonl").write_text("\n".join(lines) + "\n")
+    return dest
+
+
+def test_a_folder_with_two_benchmarks_gives_one_group_each(root, tmp_path):
+    from polyvox import tasks
+
+    _shipped(root, tmp_path / "mix" / "world", lines=24)
+    gsm = tasks.load("gsm8k", root / "data", limit=2)
+    _run_of(root, tmp_path / "mix" / "gsm8k-plain", "gsm8k", "plain",
+            [(gsm[0].id, [f"So the answer is \\boxed{{{gsm[0].gold}}}.", "No idea."]),
+             (gsm[1].id, ["\\boxed{0}", f"\\boxed{{{gsm[1].gold}}}"])])
+    ro = explore.load(tmp_path / "mix", data_dir=root / "data")
+    assert ro.groups() == {"gsm8k": ["gsm8k-plain"], "world": ["world/tiny-panel", "world/tiny-think"]}
+    data = explore.explorer_data(ro, a="world/tiny-think")
+    by = {g["name"]: g for g in data["groups"]}
+    assert [r["id"] for r in by["gsm8k"]["rows"]] == [gsm[0].id, gsm[1].id] and len(by["world"]["rows"]) == 3
+    assert (by["world"]["a"], by["world"]["b"]) == ("world/tiny-think", "world/tiny-panel")
+    assert by["gsm8k"]["a"] == by["gsm8k"]["b"] == "gsm8k-plain"  # one system: compared with itself
+    st = by["gsm8k"]["rows"][0]["stats"]["gsm8k-plain"]
+    assert (st["n"], st["graded"], st["correct"], st["cap"], st["invalid"]) == (2, 2, 1, 1, 0)  # plain: no format check
+    assert by["gsm8k"]["rows"][0]["text"] == gsm[0].text
+    assert explore.filter_rows(by["gsm8k"], "wrong") == [gsm[0].id, gsm[1].id]
+    assert explore.filter_rows(by["gsm8k"], "disagree") == []
+    table = ro.table()
+    assert list(table["benchmark"]) == ["gsm8k"] * 2 + ["world"] * 3
+    assert "benchmark <select class='pv-group'>" in explore.explorer_html(data)
+
+
+def test_trace_cap_is_stated_on_the_page(world):
+    _, ro = world
+    data = explore.explorer_data(ro, max_trace_mb=0.002)
+    e = data["embedded"]
+    assert 0 < e["problems"] < e["of"] == 12
+    assert len(data["groups"][0]["traces"]) == e["problems"]
+    page = explore.explorer_html(data)
+    assert f"Traces of the first {e['problems']} of 12 problems are on this page" in page
+
+
+def test_explorer_page_has_its_controls_and_fetches_nothing(world):
+    _, ro = world
+    page = ro.explorer(page_length=25).data
+    for marker in ("class='pv-search'", "class='pv-len'", "<option value='25' selected>25</option>",
+                   "<option value='0'>all</option>", "class='pv-a'", "class='pv-b'"):
+        assert marker in page, marker
+    assert [m for m in re.findall(r"data-filter='(\w+)'", page)] == list(explore.QUICK_FILTERS)
+    assert not re.search(r"(src=|href=|import\(|fetch\()\s*['\"]?https?://", page)
+    assert page.count("<script") == 2 and "</script" not in page.split("-data'>", 1)[1].split("</script>", 1)[0]
+
+
+def test_write_notebook_explores_a_run_without_touching_tracked_notebooks(world, root, tmp_path):
+    import nbformat
+
+    folder, _ = world
+    path = explore.write_notebook(folder)
+    assert path == folder / "explore.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "RUN = '.'" in code and f"DATA = {str((root / 'data').resolve())!r}" in code and "ro.explorer(" in code
+    assert explore.find_runs(folder) == [folder / "tiny-panel", folder / "tiny-think"]  # still the same runs
+    path.write_text(path.read_text().replace("ro.table()", "ro.table()  # mine"))
+    assert "# mine" in explore.write_notebook(folder).read_text()  # kept
+    assert "# mine" not in explore.write_notebook(folder, force=True).read_text()
+    other = explore.write_notebook(folder / "tiny-think", out=tmp_path / "nb" / "x.ipynb")
+    run_line = next(line for c in nbformat.read(other, as_version=4).cells for line in c.source.splitlines()
+                    if line.startswith("RUN = "))
+    rel = run_line.split("#")[0].split("=", 1)[1].strip().strip("'")
+    assert not Path(rel).is_absolute() and (other.parent / rel).resolve() == (folder / "tiny-think").resolve()
+    with pytest.raises(RecordError, match="no run here"):
+        explore.write_notebook(tmp_path / "nb")
+    with pytest.raises(ValueError, match=".ipynb"):
+        explore.write_notebook(folder, out=tmp_path / "x.txt")
