@@ -100,7 +100,7 @@ WORLD = [
     ("world-models-extra-key", "world/smoke.yaml", _set("models", "width", 3), ["--stages", "eval"],
      "models: unknown key width"),
     ("world-name-number", "world/smoke.yaml", _set("name", 7), ["--stages", "eval"], "name: expected"),
-    ("world-alias-bomb", "world/smoke.yaml", "bomb", ["--stages", "eval"], "alias"),
+    ("world-alias-bomb", "world/smoke.yaml", "bomb", ["--stages", "eval"], "aliases are expanded"),
     ("world-huge", "world/smoke.yaml", "huge", ["--stages", "eval"], "larger than"),
     ("world-duplicate-section", "world/smoke.yaml", "duplicate", ["--stages", "eval"], "duplicate key 'rl'"),
     ("world-recursive-alias", "world/smoke.yaml", "recursive", ["--stages", "eval"], "refers to itself"),
@@ -127,7 +127,7 @@ PERSONAS = [
     ("personas-router-lr-0", "personas/smoke.yaml", _set("router", "lr", 0), "router.lr"),
     ("personas-n-boot-0", "personas/smoke.yaml", _set("judge", "n_boot", 0), "judge.n_boot"),
     ("personas-model-path-number", "personas/smoke.yaml", _set("model", "path", 7), "model.path"),
-    ("personas-alias-bomb", "personas/smoke.yaml", "bomb", "alias"),
+    ("personas-alias-bomb", "personas/smoke.yaml", "bomb", "aliases are expanded"),
 ]
 
 COLLAB = [
@@ -135,10 +135,10 @@ COLLAB = [
     ("collab-pd-rank-neg", "collab/smoke.yaml", _set("pd", "rank", -8), "pd.rank"),
     ("collab-no-large", "collab/smoke.yaml", _pop("models", "sizes", "large"), "models.sizes: missing large"),
     ("collab-level-7", "collab/smoke.yaml", _set("data", "world_levels", [7]), "data.world_levels"),
-    ("collab-threads-0", "collab/smoke.yaml", _set("threads", 0), "threads"),
+    ("collab-threads-0", "collab/smoke.yaml", _set("threads", 0), "threads: expected an integer ≥ 1"),
     ("collab-pd-mode", "collab/smoke.yaml", _set("pd", "mode", "half"), "pd.mode"),
     ("collab-cascade-temp", "collab/smoke.yaml", _set("eval", "cascade_temperature", -1), "eval.cascade_temperature"),
-    ("collab-hidden-40", "collab/smoke.yaml", _set("models", "sizes", "small", "hidden", 40), "hidden"),
+    ("collab-hidden-40", "collab/smoke.yaml", _set("models", "sizes", "small", "hidden", 40), "small.hidden: expected"),
     ("collab-rl-lr-renamed", "collab/smoke.yaml", _rename("rl", "lr", "learning_rate"), "rl: unknown key learning_rate"),
     ("collab-solo-no-large", "collab/full.yaml", _pop("endpoints", "solo", "large"), "endpoints.solo"),
     ("collab-endpoint-url", "collab/full.yaml", _set("endpoints", "cl", "small", "base_url", "htp://x"),
@@ -150,17 +150,17 @@ RL = [
     ("rl-group-size-0", _set("group_size", 0), "group_size"),
     ("rl-lora-rank-neg", _set("lora_rank", -8), "lora_rank"),
     ("rl-lr-0", _set("learning_rate", 0), "learning_rate"),
-    ("rl-arm", _set("arm", "debate"), "arm"),
+    ("rl-arm", _set("arm", "debate"), "arm: expected one of"),
     ("rl-two-easy-stages", _set("stages", 1, "name", "easy"), "two stages named 'easy'"),
     ("rl-vllm-share", _set("vllm_gpu_memory_utilization", 1.5), "vllm_gpu_memory_utilization"),
     ("rl-stage-option", _set("stages", 0, "levles", [1]), "no option levles"),
     ("rl-stage-name-path", _set("stages", 1, "name", "../x"), "stages[1].name"),
     ("rl-heldout-per-level-0", _set("heldout", "per_level", 0), "heldout.per_level"),
     ("rl-grader", _set("heldout_grading", "exact"), "unknown grader 'exact'"),
-    ("rl-temperature-neg", _set("temperature", -1), "temperature"),
+    ("rl-temperature-neg", _set("temperature", -1), "temperature: expected a number > 0"),
     ("rl-use-vllm-text", _set("use_vllm", "yes please"), "use_vllm"),
-    ("rl-seed-neg", _set("seed", -1), "seed"),
-    ("rl-alias-bomb", "bomb", "alias"),
+    ("rl-seed-neg", _set("seed", -1), "seed: expected an integer ≥ 0"),
+    ("rl-alias-bomb", "bomb", "aliases are expanded"),
     ("rl-duplicate-key", "duplicate-lora", "duplicate key 'lora_rank'"),
 ]
 
@@ -170,19 +170,19 @@ PARAMS = [
     ("params-all-float", "all: {n: 1.5}\n", "n: expected an integer"),
     ("params-bool-text", "x/ch: {flag: yes please}\n", "flag: expected true or false"),
     ("params-label-number", "x/ch: {label: 3}\n", "label: expected text"),
-    ("params-alias-bomb", BOMB + "x/ch: {label: x}\n", "alias"),
+    ("params-alias-bomb", BOMB + "x/ch: {label: x}\n", "aliases are expanded"),
     ("params-duplicate", "x/ch: {n: 1}\nx/ch: {n: 2}\n", "duplicate key 'x/ch'"),
     ("params-huge", "# " + "x" * (1 << 20) + "\nx/ch: {n: 1}\n", "larger than"),
 ]
 
 CORRECTIONS = [
     ("corr-date-word", {"date": "yesterday"}, "date: expected a date"),
-    ("corr-url-no-host", {"url": "https://"}, "url"),
+    ("corr-url-no-host", {"url": "https://"}, "url: expected an http(s) address with a host"),
     ("corr-chapter-misspelt", {"chapters": ["book/x/chh"]}, "book/x/chh is not a chapter"),
     ("corr-date-month-13", "- {date: 2026-13-01, chapters: [], claimed: c, stands: s, source: x}\n", "corrections.yml"),
     ("corr-duplicate-key", "- {date: 2026-01-01, date: 2026-01-02, chapters: [], claimed: c, stands: s, source: x}\n",
      "duplicate key 'date'"),
-    ("corr-alias-bomb", "".join("- " + line.split(": ", 1)[1] + "\n" for line in BOMB.splitlines()), "alias"),
+    ("corr-alias-bomb", "".join("- " + line.split(": ", 1)[1] + "\n" for line in BOMB.splitlines()), "aliases are expanded"),
 ]
 
 
@@ -229,6 +229,8 @@ CLI = [
     ("judge-spec-missing-file", lambda w: _judge(w) + ["--a", f"{w / 'nope.jsonl'}:base"], "--a must be FILE:SYSTEM"),
     ("judge-run-missing", lambda w: ["judge", "tally", "--run", str(w / "no-run")], "--run must be"),
     ("judge-run-not-a-run", lambda w: ["judge", "tally", "--run", str(w)], "--run must be a personas run folder"),
+    ("judge-run-bad-scale", lambda w: ["judge", "tally", "--run", str(w / "bad-run")],
+     "bad-run/scale.yaml: judge.n_boot"),
     ("judge-by-empty-label", lambda w: _judge(w, "--by", "pick_size,,preference"), "--by must be"),
     ("judge-openai-no-model", lambda w: _judge(w, "--judge", "openai"), "needs --model"),
     ("world-seeds-neg", lambda w: ["world", "run", "--out", str(w / "o"), "--seeds", "-1"], "--seeds must be"),
@@ -303,6 +305,8 @@ def ws(tmp_path_factory):
     w = tmp_path_factory.mktemp("hostile")
     (w / "empty").mkdir()
     (w / "systems.jsonl").write_text(json.dumps({"prompt_id": "p1", "responses": {"base": "a", "head": "b"}}) + "\n")
+    (w / "bad-run").mkdir()  # a personas run folder whose recorded scale.yaml was edited badly
+    _write(w / "bad-run/scale.yaml", {"name": "smoke", **_base("personas/smoke.yaml")}, _set("judge", "n_boot", "lots"))
     for case, base, change, *_ in WORLD + PERSONAS + COLLAB:
         _write(w / f"{case}.yaml", _base(base), change)
     rl = _base("rl/world-panel.yaml")
@@ -385,6 +389,13 @@ def test_a_bad_correction_is_refused_before_the_book_is_touched(case, change, ex
 def test_a_bad_command_line_value_is_refused_as_it_is_parsed(case, argv, expect, ws, monkeypatch):
     monkeypatch.chdir(ROOT)
     refused(argv(ws), watch=[ws, CONFIGS], expect=expect)
+
+
+def test_no_expected_phrase_is_in_its_own_file_name():
+    """A case's phrase must come from the refusal, not from the file name the line also holds."""
+    for group in (WORLD, PERSONAS, COLLAB, RL, PARAMS, CORRECTIONS, CLI):
+        for case in group:
+            assert case[-1].lower() not in f"{case[0]}.yaml".lower(), case[0]
 
 
 def test_the_table_is_big_enough():
