@@ -90,10 +90,12 @@ def _cmd_sample(args) -> int:
         raise ValueError(f"--batch-size must be an integer ≥ 1, got {args.batch_size}")
     backend = BackendSpec(args.backend, args.model, args.adapter, options)  # loaded after every check
     task_options = {"level": args.level} if args.level is not None else {}
+    # the output folder goes as given ('' is refused as '', not as '.'); the progress bar only on a
+    # terminal, so a failure read from a log or a pipe is its one error line
     out = sample(args.out, args.task, args.format, backend, args.n,
                  SamplingParams(args.max_tokens, args.temperature, args.top_p), seed=args.seed,
                  limit=args.limit, shard=args.shard, nshards=args.nshards, data_dir=args.data_dir,
-                 chunk=args.chunk, task_options=task_options, cache=args.cache)
+                 chunk=args.chunk, task_options=task_options, cache=args.cache, progress=sys.stderr.isatty())
     print(f"rollouts: {out / 'rollouts.jsonl'}")
     return 0
 
@@ -101,14 +103,20 @@ def _cmd_sample(args) -> int:
 def _cmd_merge(args) -> int:
     from .runs import merge
 
-    print(f"merged: {merge(args.shards, args.out) / 'rollouts.jsonl'}")
+    out = merge(args.shards, args.out)  # checks every shard (complete, same run) before writing anything
+    print(f"merged: {out / 'rollouts.jsonl'}")
     return 0
 
 
 def _cmd_grade(args) -> int:
-    from .runs import grade
+    from .records import read_manifest
+    from .runs import STATUSES, grade
 
-    print(f"graded: {grade(args.run, args.data_dir)}")
+    limit = {} if args.max_ungradable is None else {"max_ungradable": args.max_ungradable}
+    path = grade(args.run, args.data_dir, workers=args.workers, **limit)
+    counts = read_manifest(path.parent)["grading"]["status_counts"]
+    order = [*STATUSES, *sorted(set(counts) - set(STATUSES))]
+    print(f"graded: {path} (" + ", ".join(f"{k.replace('_', ' ')} {counts[k]}" for k in order) + ")")
     return 0
 
 
@@ -194,7 +202,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("grade", help="grade a run folder into graded.jsonl")
     g.add_argument("run")
-    g.add_argument("--data-dir", default="data")
+    g.add_argument("--data-dir", default="data", help="the data the run was sampled from (its problems are checked)")
+    g.add_argument("--workers", type=int, help="grading processes (math); default: the CPUs, at most 8")
+    g.add_argument("--max-ungradable", type=float, metavar="FRACTION",
+                   help="fail when more than this share of samples is ungradable (default 0.05)")
     g.set_defaults(func=_cmd_grade)
 
     w = sub.add_parser("world", help="the miniature replication: models, panel RL, evaluations, bands, hill-climbs")

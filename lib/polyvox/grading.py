@@ -64,9 +64,18 @@ Departures from math-verify run on the whole completion, and why:
    ``allow_set_relation_comp`` (``-2 \\le x \\le 7`` equals ``x \\in [-2, 7]``)
    go to ``math_verify.verify`` unchanged.
 
-math-verify's log records are kept off stderr (its time-out warnings repeat the
-whole input, tens of kilobytes per pathological item); a verdict that is wrong
-after one of its parses or comparisons timed out has ``status="timeout"``.
+Time-outs are read from math-verify's own API: every parse and comparison runs with
+``raise_on_error=True``, its ``TimeoutException`` is caught and counted, and a verdict
+that is wrong after one of its parses or comparisons timed out has ``status="timeout"``.
+Any other exception inside math-verify keeps math-verify's documented default (a parse
+that fails is no answer, a comparison that fails is no match). math-verify's log
+records are kept off stderr (its warnings repeat the whole input, tens of kilobytes
+per pathological item), and nothing is read from them.
+
+Errors are not verdicts: a grader that raises (anything but a time-out) stops
+:func:`grade_many` with :class:`GradingError`, naming the item. Grading workers die
+with the process that started them (``PR_SET_PDEATHSIG`` on Linux, a watchdog
+thread elsewhere), so a killed ``polyvox grade`` leaves no worker behind.
 
 Numbers for the ``integer`` and ``gsm*`` graders: see :mod:`polyvox.answers`.
 """
@@ -76,8 +85,13 @@ import concurrent.futures as cf
 import functools
 import logging
 import math
+import os
 import re
+import signal
 import string
+import sys
+import threading
+import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 
@@ -226,37 +240,41 @@ def grade_qa(completion: str, gold, options: GradeOptions | None = None) -> Grad
 
 # ---------------------------------------------------------------- math-verify
 
-class _TimeoutCounter(logging.Handler):
-    """Takes math-verify's log records off stderr, counting its time-outs (their text is the whole input)."""
-
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.timeouts = 0
-
-    def emit(self, record):
-        if str(record.msg).startswith("Timeout"):
-            self.timeouts += 1
-
-
-_TIMEOUTS = _TimeoutCounter()
+_TIMEOUTS = 0  # math-verify time-outs in this process (its TimeoutException, caught in _parse and _verify)
 
 
 @functools.lru_cache(maxsize=1)
 def _math_verify():
-    """math-verify, imported once per process, its loggers kept off stderr."""
+    """math-verify, imported once per process, its loggers kept off stderr (nothing is read from them)."""
     import math_verify
 
     for name in ("math_verify", "latex2sympy2_extended"):
         log = logging.getLogger(name)
-        log.addHandler(_TIMEOUTS)
+        log.addHandler(logging.NullHandler())
         log.propagate = False  # no root or last-resort handler prints them
     return math_verify
 
 
+@functools.lru_cache(maxsize=1)
+def _timeout_exception() -> type:
+    from math_verify.errors import TimeoutException
+
+    return TimeoutException
+
+
 def _parse(text: str, expr_only: bool = False) -> list:
+    """math-verify's parse; a time-out is counted (and is no answer), any other failure is no answer,
+    as math-verify itself returns it."""
+    global _TIMEOUTS
     mv = _math_verify()
     config = [mv.ExprExtractionConfig()] if expr_only else [mv.LatexExtractionConfig(), mv.ExprExtractionConfig()]
-    return mv.parse(text, extraction_config=config, parsing_timeout=MV_TIMEOUT_S)
+    try:
+        return mv.parse(text, extraction_config=config, parsing_timeout=MV_TIMEOUT_S, raise_on_error=True)
+    except _timeout_exception():
+        _TIMEOUTS += 1
+        return []
+    except Exception:  # noqa: BLE001 - math-verify's default for an unreadable expression: no answer
+        return []
 
 
 _MATH_DOLLAR = re.compile(r"(?<!\\)\$")
@@ -271,10 +289,24 @@ def _parse_gold(gold: str, gold_as: str = "latex"):
 
 
 def _verify(gold_parsed, parsed, opts: GradeOptions) -> bool:
-    kwargs = {"allow_set_relation_comp": opts.allow_set_relation_comp, "timeout_seconds": MV_TIMEOUT_S}
+    """math-verify's verify over every (gold, answer) pair, as it loops itself; a pair that times out
+    is counted and does not match, and the other pairs are still compared."""
+    global _TIMEOUTS
+    kwargs = {"allow_set_relation_comp": opts.allow_set_relation_comp, "timeout_seconds": MV_TIMEOUT_S,
+              "raise_on_error": True}
     if opts.float_rounding is not None:
         kwargs["float_rounding"] = opts.float_rounding
-    return _math_verify().verify(gold_parsed, parsed, **kwargs)
+    verify = _math_verify().verify
+    for g in gold_parsed:
+        for t in parsed:
+            try:
+                if verify(g, t, **kwargs):
+                    return True
+            except _timeout_exception():
+                _TIMEOUTS += 1
+            except Exception:  # noqa: BLE001 - math-verify's default for a failed comparison: no match
+                pass
+    return False
 
 
 def _canonical(expr: str) -> str:
@@ -314,6 +346,9 @@ def _chosen(text: str, statements: list[Statement]) -> tuple[list, str | None]:
 @register_grader("math")
 def grade_math(completion: str, gold, options: GradeOptions | None = None) -> Grade:
     """Runs inside a worker process (math-verify's signal.alarm needs a main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("the math grader needs a process's main thread (math-verify times out with "
+                           "signal.alarm): grade through grade_many, which runs it in worker processes")
     opts = options or DEFAULT_OPTIONS
     text = normalize_unicode_math(completion)
     gold = normalize_unicode_math(str(gold)).strip()
@@ -323,7 +358,7 @@ def grade_math(completion: str, gold, options: GradeOptions | None = None) -> Gr
         written = ", ".join(last.contents) if last.is_box else _phrase_text(last.after)
         if written and _canonical(written) == _canonical(gold):
             return Grade(True, written)  # identical strings need no parsing
-    timeouts_before = _TIMEOUTS.timeouts
+    timeouts_before = _TIMEOUTS
     gold_parsed = _parse_gold(gold, opts.gold_as)
     if not gold_parsed:
         return Grade(False, None, "ungradable")
@@ -334,7 +369,7 @@ def grade_math(completion: str, gold, options: GradeOptions | None = None) -> Gr
         first_extracted = first_extracted or str(parsed[-1])
         if _verify(gold_parsed, parsed, opts):
             return Grade(True, str(parsed[-1]))
-    if _TIMEOUTS.timeouts > timeouts_before:  # math-verify gave up on a parse or a comparison
+    if _TIMEOUTS > timeouts_before:  # math-verify gave up on a parse or a comparison
         return Grade(False, first_extracted, "timeout")
     return Grade(False, first_extracted, "ok" if first_extracted else "no_answer")
 
@@ -352,6 +387,19 @@ def _candidates(text: str, statements: list[Statement], opts: GradeOptions):
 
 # ---------------------------------------------------------------- batches
 
+class GradingError(RuntimeError):
+    """A grader raised (anything but a time-out) on one item: an error to fix, never a verdict.
+
+    ``index`` is the item's position in the batch given to :func:`grade_many`.
+    """
+
+    def __init__(self, index: int, grader: str, error: str, worker_traceback: str | None = None):
+        self.index, self.grader, self.error = index, grader, error
+        super().__init__(f"grader {grader!r} raised {error} (item {index} of the batch)")
+        if worker_traceback:
+            self.add_note(f"in the grading worker:\n{worker_traceback.rstrip()}")  # shown with --debug
+
+
 def grader(name: str):
     """The grader registered under name; an unknown name lists the registered ones."""
     try:
@@ -365,8 +413,97 @@ def grade(name: str, completion: str, gold, options: GradeOptions | None = None)
     return grader(name)(completion, gold, options=options)
 
 
-def _grade_chunk(task: str, items: list[tuple[str, object]], options: GradeOptions | None = None) -> list[Grade]:
-    return [grade(task, c, g, options) for c, g in items]
+def _describe(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    text = text if len(text) <= 300 else text[:300] + " …"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+@dataclass(frozen=True)
+class _Raised:
+    """What a worker sends back when a grader raised on item ``index`` of its chunk."""
+    index: int
+    error: str
+    traceback: str = ""
+
+
+def _grade_chunk(task: str, items: list[tuple[str, object]], options: GradeOptions | None = None):
+    """The chunk's grades, or _Raised for the first item whose grader raised (the rest are not graded)."""
+    out = []
+    for i, (c, g) in enumerate(items):
+        try:
+            out.append(grade(task, c, g, options))
+        except Exception as exc:  # noqa: BLE001 - sent back to the parent, which stops with GradingError
+            import traceback
+
+            return _Raised(i, _describe(exc), traceback.format_exc())
+    return out
+
+
+def _die_with_parent(parent: int) -> None:
+    """In a worker: be killed when the process that started it dies, a SIGKILL included.
+
+    Linux: ``prctl(PR_SET_PDEATHSIG, SIGKILL)``, then a check that the parent did not die before
+    it took effect. Elsewhere: a daemon thread that exits when the worker is orphaned.
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ok = ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL) == 0  # 1: PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            ok = False
+        if ok:
+            if os.getppid() != parent:
+                os._exit(1)
+            return
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="polyvox-orphan-watch", daemon=True).start()
+
+
+def _worker_init(parent: int, pids) -> None:
+    _die_with_parent(parent)
+    pids.put(os.getpid())
+
+
+class _Workers:
+    """A process pool whose workers die with this process, and which kills its own workers on request
+    through public APIs only (each worker reports its pid; ``multiprocessing.active_children``)."""
+
+    def __init__(self, n: int, ctx):
+        self._reported = ctx.SimpleQueue()
+        self._pids: set[int] = set()
+        self.kill_on_exit = False
+        self.pool = cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_worker_init,
+                                           initargs=(os.getpid(), self._reported))
+
+    def kill(self) -> None:
+        import multiprocessing as mp
+
+        while not self._reported.empty():
+            self._pids.add(self._reported.get())
+        for proc in mp.active_children():
+            if proc.pid in self._pids:
+                proc.kill()
+
+    def __enter__(self) -> "_Workers":
+        return self
+
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is not None or self.kill_on_exit:
+            self.kill()  # a hung worker, or an error: nothing left running
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _pool_context():
+    import multiprocessing as mp
+
+    return mp.get_context("fork") if hasattr(os, "fork") else mp.get_context("spawn")
 
 
 def grade_many(task: str, completions: list[str], golds: list, workers: int | None = None,
@@ -376,39 +513,53 @@ def grade_many(task: str, completions: list[str], golds: list, workers: int | No
 
     A chunk whose worker dies or overruns ``item_timeout_s × len(chunk)`` is
     re-graded item by item in fresh single-use processes, so only the
-    pathological item is marked ``timeout`` / ``ungradable``.
+    pathological item is marked ``timeout`` (it overran) or ``ungradable`` (its
+    worker died). A grader that raises stops the batch with :class:`GradingError`
+    naming the item; the workers are killed first. Workers die with this process.
     """
     grader(task)  # an unknown name fails here, before any work
     if len(completions) != len(golds):
         raise ValueError("grade_many: completions and golds differ in length")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"workers must be an integer ≥ 1 (or None), got {workers!r}")
     items = list(zip(completions, golds))
     if task != "math":
-        return [grade(task, c, g, options) for c, g in items]
-    import multiprocessing as mp
-    import os
-
+        graded_here = []
+        for i, (c, g) in enumerate(items):
+            try:
+                graded_here.append(grade(task, c, g, options))
+            except Exception as exc:  # noqa: BLE001 - an error, not a verdict
+                raise GradingError(i, task, _describe(exc)) from exc
+        return graded_here
+    if not items:
+        return []
     workers = workers or max(1, min(os.cpu_count() or 1, 8))
     # Items grouped by gold (stably) before chunking: a gold's items land in one or two
     # chunks, so each worker parses only its own golds instead of nearly all of them.
     order = sorted(range(len(items)), key=lambda i: str(items[i][1]))
     ordered = [items[i] for i in order]
-    chunks = [ordered[i:i + chunk] for i in range(0, len(ordered), chunk)]
+    starts = list(range(0, len(ordered), chunk))
+    chunks = [ordered[i:i + chunk] for i in starts]
     results: list[list[Grade] | None] = [None] * len(chunks)
-    ctx = mp.get_context("fork") if hasattr(os, "fork") else mp.get_context("spawn")
-    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = {pool.submit(_grade_chunk, task, ch, options): i for i, ch in enumerate(chunks)}
+    ctx = _pool_context()
+    with _Workers(workers, ctx) as w:
+        futures = {w.pool.submit(_grade_chunk, task, ch, options): i for i, ch in enumerate(chunks)}
         for fut, i in futures.items():
             try:
-                results[i] = fut.result(timeout=item_timeout_s * len(chunks[i]) + 30)
-            except Exception:  # noqa: BLE001 - time-out, dead worker or grader bug: re-grade item by item
-                results[i] = None
-        for proc in list(getattr(pool, "_processes", {}).values()):
-            if any(r is None for r in results) and proc.is_alive():
-                proc.kill()
+                res = fut.result(timeout=item_timeout_s * len(chunks[i]) + 30)
+            except KeyboardInterrupt:
+                raise
+            except BaseException:  # noqa: BLE001 - time-out or dead worker: re-graded item by item below
+                res = None
+            if isinstance(res, _Raised):
+                raise GradingError(order[starts[i] + res.index], task, res.error, res.traceback)
+            results[i] = res
+        w.kill_on_exit = any(r is None for r in results)
     graded: list[Grade] = []
     for i, res in enumerate(results):
         graded.extend(res if res is not None else
-                      [_grade_isolated(task, c, g, item_timeout_s, ctx, options) for c, g in chunks[i]])
+                      [_grade_isolated(task, c, g, item_timeout_s, ctx, options, order[starts[i] + j])
+                       for j, (c, g) in enumerate(chunks[i])])
     out: list[Grade | None] = [None] * len(items)
     for position, g in zip(order, graded):
         out[position] = g
@@ -416,14 +567,24 @@ def grade_many(task: str, completions: list[str], golds: list, workers: int | No
 
 
 def _grade_isolated(task: str, completion: str, gold, timeout_s: float, ctx,
-                    options: GradeOptions | None = None) -> Grade:
-    with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-        fut = pool.submit(grade, task, completion, gold, options)
+                    options: GradeOptions | None = None, index: int = 0) -> Grade:
+    """One item in a fresh single-use process: its grade, ``timeout`` when it overruns, ``ungradable``
+    when its worker dies; a grader that raises is a GradingError."""
+    with _Workers(1, ctx) as w:
+        fut = w.pool.submit(_grade_chunk, task, [(completion, gold)], options)
         try:
-            return fut.result(timeout=timeout_s)
+            res = fut.result(timeout=timeout_s)
         except cf.TimeoutError:
-            for proc in list(getattr(pool, "_processes", {}).values()):
-                proc.kill()
+            w.kill_on_exit = True
             return Grade(False, None, "timeout")
-        except Exception:  # noqa: BLE001 - a crashed worker or a grader bug on this one item
-            return Grade(False, None, "ungradable")
+        except cf.BrokenExecutor:
+            return Grade(False, None, "ungradable")  # the worker died (a crash, an exhausted stack): no verdict
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - raised outside the grader's own call
+            if isinstance(exc, _timeout_exception()):
+                return Grade(False, None, "timeout")
+            raise GradingError(index, task, _describe(exc)) from None
+    if isinstance(res, _Raised):
+        raise GradingError(index, task, res.error, res.traceback)
+    return res[0]

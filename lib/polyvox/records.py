@@ -68,9 +68,13 @@ class Sample:
 
 @dataclass
 class GradedSample(Sample):
-    correct: bool = False
+    """A Sample with its grade. ``correct`` and ``grade_status`` have no defaults: a record without
+    them (a rollouts line read as a graded one) is an error naming its file and line, never a
+    silent "wrong, ok"."""
+
+    correct: bool = field(kw_only=True)
     extracted: str | None = None
-    grade_status: str = "ok"  # ok | ungradable | timeout
+    grade_status: str = field(kw_only=True)  # ok | no_answer | ungradable | timeout
 
 
 @dataclass

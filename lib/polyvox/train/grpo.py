@@ -99,10 +99,16 @@ def prompt_for(arm: str, text: str, tokenizer) -> str:
 
 def evaluate(model, tokenizer, arm: str, problems, samples: int = 4, max_tokens: int = 384, seed: int = 0,
              batch_size: int = 256, device: str = "cpu", grader: str = "integer") -> dict:
-    """Mean accuracy over problems × samples at temperature 1 (and per level)."""
-    from ..backends.hf import Request, SamplingParams, generate_batched
+    """Mean accuracy over problems × samples at temperature 1 (and per level).
 
-    reqs = [Request(prompt_for(arm, p.text, tokenizer), seed=seed + i) for p in problems for i in range(samples)]
+    Sample ``i`` of problem ``p`` is seeded as :func:`polyvox.runs.sample` seeds it
+    (``runs.sample_seed(seed, p.id, i)``), so two problems never share a noise stream.
+    """
+    from ..backends.hf import Request, SamplingParams, generate_batched
+    from ..runs import sample_seed
+
+    reqs = [Request(prompt_for(arm, p.text, tokenizer), seed=sample_seed(seed, p.id, i))
+            for p in problems for i in range(samples)]
     outs = generate_batched(model, tokenizer, reqs, SamplingParams(max_tokens, 1.0), batch_size, device)
     correct = np.array([reward(arm, o.text, p.gold, grader=grader)[1] for o, p in zip(outs, [p for p in problems for _ in range(samples)])])
     per_problem = correct.reshape(len(problems), samples).mean(axis=1)
