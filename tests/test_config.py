@@ -355,6 +355,7 @@ def test_a_params_file_is_checked_against_the_chapters(root, tmp_path):
     (config.number(0), "0", 0.0), (config.number(0), "-0.5", "must be a number ≥ 0"),
     (config.number(0), "nan", "must be a number ≥ 0, got nan"), (config.number(0), "inf", "got inf"),
     (config.number(0, 1, above=True), "0", "must be a number in (0, 1]"), (config.number(0, 1, above=True), "1", 1.0),
+    (config.number(0, 1, what="a fraction in [0, 1]"), "1.5", "must be a fraction in [0, 1], got 1.5"),
     (config.url, "http://127.0.0.1:8000", "http://127.0.0.1:8000"), (config.url, "https://api.x.org/v1", "https://api.x.org/v1"),
     (config.url, "localhost:8000", "http:// or https://"), (config.url, "http://", "with a host"),
     (config.url, "http://h:x", "an http(s) address"), (config.url, "", "must be an http(s) address"),

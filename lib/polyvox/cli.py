@@ -203,8 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("grade", help="grade a run folder into graded.jsonl")
     g.add_argument("run")
     g.add_argument("--data-dir", default="data", help="the data the run was sampled from (its problems are checked)")
-    g.add_argument("--workers", type=int, help="grading processes (math); default: the CPUs, at most 8")
-    g.add_argument("--max-ungradable", type=float, metavar="FRACTION",
+    g.add_argument("--workers", type=config.integer(1), help="grading processes (math); default: the CPUs, at most 8")
+    g.add_argument("--max-ungradable", type=config.number(0, 1, what="a fraction in [0, 1]"), metavar="FRACTION",
                    help="fail when more than this share of samples is ungradable (default 0.05)")
     g.set_defaults(func=_cmd_grade)
 

@@ -850,11 +850,12 @@ def integer(minimum: int, maximum: int | None = None):
     return parse
 
 
-def number(minimum: float, maximum: float | None = None, above: bool = False):
-    """argparse ``type=``: a finite number ≥ minimum (> minimum when ``above``), ≤ maximum."""
-    if maximum is None:
+def number(minimum: float, maximum: float | None = None, above: bool = False, what: str | None = None):
+    """argparse ``type=``: a finite number ≥ minimum (> minimum when ``above``), ≤ maximum
+    (``what``: the words for it, e.g. "a fraction in [0, 1]")."""
+    if what is None and maximum is None:
         what = f"a number {'>' if above else '≥'} {minimum:g}"
-    else:
+    elif what is None:
         what = f"a number in {'(' if above else '['}{minimum:g}, {maximum:g}]"
 
     def parse(text: str) -> float:
