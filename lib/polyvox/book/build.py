@@ -9,12 +9,15 @@ Algorithm
    ``polyvox.inputs``: globs relative to the repo root, each file keyed by its path
    relative to the root and its content), polyvox's own source (keyed the same way)
    and the hash of ``requirements.lock`` — a new library version re-executes.
-   If ``_build/.polyvox/executed/<part>/<name>.ipynb`` exists with that key, the
-   chapter is not executed.
+   If ``_build/.polyvox/executed/<part>/<name>.ipynb`` was filed under that key
+   (its metadata ``polyvox.cache_key``), the chapter is not executed.
 3. Otherwise execute it with papermill (cwd = repo root, so chapters read
    ``data/`` by relative path). A failing chapter is reported as one line
    (notebook, cell, error); its partial output goes to ``_build/.polyvox/failed``
-   and the other chapters go on.
+   and the other chapters go on. A chapter that ran is filed with its key in one
+   atomic rename (:func:`publish`): a build killed at any instant leaves each
+   chapter's old notebook and key or its new ones, never new output under an old key.
+   Executed notebooks name no absolute path (:func:`portable_notebook`).
 4. Render: copy each executed notebook to ``book/<part>/<name>.ipynb`` with the
    injected-parameters cell removed from the HTML (tag ``remove-cell``), the
    parameters cell collapsed, and a dated banner for each correction in
@@ -24,6 +27,9 @@ Algorithm
    stays incremental.
 5. Write ``book/corrections.md`` and run ``jupyter-book build`` with execution
    off (``_config.yml``).
+
+One build writes a book at a time: ``build`` holds ``records.RunLock`` on ``_build/.polyvox``
+(kind ``book build``) from before the first chapter until the manifest is written.
 
 Departure from Jupyter Book's own cache: jupyter-cache keys on notebook source
 only; here the data a chapter reads, the library code and the locked library
@@ -35,6 +41,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -260,10 +267,13 @@ def _kernel_manager_class(log: Path):
     return BookKernelManager
 
 
-def execute(chapter: Chapter, params: dict, output: Path, root: Path) -> None:
+def execute(chapter: Chapter, params: dict, output: Path, root: Path, paths: dict[str, str] | None = None) -> None:
     """Run one notebook with papermill into output; raise BookError with notebook/cell/error on failure.
 
     The kernel's own process output goes to ``<output>.kernel.log`` (see ``_kernel_manager_class``).
+    Afterwards (failed or not) the notebook and the log name no absolute path of this machine: the
+    root becomes relative, and each of ``paths`` (absolute path → what to write instead) is replaced
+    (:func:`portable_notebook`).
     """
     import papermill as pm
 
@@ -278,6 +288,7 @@ def execute(chapter: Chapter, params: dict, output: Path, root: Path) -> None:
              "PYTHONWARNINGS": ",".join(x for x in (os.environ.get("PYTHONWARNINGS"), "ignore:IProgress not found") if x)}
     saved = {k: os.environ.get(k) for k in quiet}
     os.environ.update(quiet)
+    replace = path_replacer(root, paths)
     try:
         pm.execute_notebook(
             str(chapter.source), str(output), parameters=params, cwd=str(root),
@@ -286,14 +297,14 @@ def execute(chapter: Chapter, params: dict, output: Path, root: Path) -> None:
         )
     except pm.PapermillExecutionError as exc:
         evalue = str(exc.evalue).strip().splitlines()[-1] if str(exc.evalue).strip() else ""
-        raise BookError(
+        raise BookError(replace(
             f"{chapter.source.relative_to(root) if chapter.source.is_relative_to(root) else chapter.source}: "
             f"cell {exc.cell_index} (execution count {exc.exec_count}) raised {exc.ename}: {evalue}"
-        ) from None
+        )) from None
     except RuntimeError as exc:  # the kernel died or never started: its own output says why
         tail = log.read_text(errors="replace").strip().splitlines()[-5:] if log.exists() else []
-        raise BookError(f"{chapter.name}: kernel failed ({' '.join(str(exc).split())})"
-                        + (f"; kernel log {log}: " + " | ".join(tail) if tail else "")) from None
+        raise BookError(replace(f"{chapter.name}: kernel failed ({' '.join(str(exc).split())})"
+                                + (f"; kernel log {log}: " + " | ".join(tail) if tail else ""))) from None
     finally:
         for k, v in saved.items():
             if v is None:
@@ -301,25 +312,126 @@ def execute(chapter: Chapter, params: dict, output: Path, root: Path) -> None:
             else:
                 os.environ[k] = v
         if output.exists():
-            _relative_paths(output, root)
-        if log.exists() and not log.read_text(errors="replace").strip():
-            log.unlink()
+            portable_notebook(output, root, paths)
+        if log.exists():
+            text = log.read_text(errors="replace")
+            if not text.strip():
+                log.unlink()
+            elif replace(text) != text:
+                log.write_text(replace(text))
 
 
-def _relative_paths(notebook: Path, root: Path) -> None:
-    """papermill records absolute input/output paths and cwd; an executed chapter keeps them relative."""
+def path_replacer(root: Path, paths: dict[str, str] | None = None):
+    """A function text → text that writes each absolute path of ``paths`` as its value, and the root
+    (with what is under it) relative to the root: ``<root>/data/x`` → ``data/x``, ``<root>`` → ``.``.
+
+    A path is matched whole (``/a/b`` but not the start of ``/a/bc``), the longest first.
+    """
+    table: dict[str, str] = {}
+    for path, new in (paths or {}).items():
+        path = str(path).rstrip("/")
+        if path and Path(path).is_absolute():
+            table[path] = new
+    for r in (str(root), str(Path(root).resolve())):
+        table.setdefault(r.rstrip("/"), ".")
+    pattern = re.compile("|".join(re.escape(k) + r"(?:/|(?![\w.\-~]))"
+                                  for k in sorted(table, key=len, reverse=True)))
+
+    def sub(m: re.Match) -> str:
+        text = m.group(0)
+        slash = text.endswith("/")
+        new = table[text[:-1] if slash else text]
+        if new == ".":
+            return "" if slash else "."
+        return new + ("/" if slash else "")
+
+    return lambda text: pattern.sub(sub, text)
+
+
+def portable_notebook(notebook: Path, root: Path, paths: dict[str, str] | None = None) -> None:
+    """Rewrite an executed notebook so that it names no absolute path of this machine.
+
+    Every text in it (cell sources — the injected parameters among them —, outputs, metadata:
+    papermill's ``input_path``/``output_path``/``cwd`` and its record of the parameters) goes
+    through :func:`path_replacer`; a papermill path still absolute after that (a notebook run
+    from outside the root) becomes :func:`polyvox.records.portable_path`. Written only when it
+    changes.
+    """
     import nbformat
 
     from ..records import portable_path
 
-    nb = nbformat.read(str(notebook), as_version=4)
+    replace = path_replacer(root, paths)
+
+    def walk(x):
+        if isinstance(x, str):
+            return replace(x)
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        if isinstance(x, dict):
+            return {k: walk(v) for k, v in x.items()}
+        return x
+
+    raw = notebook.read_text(encoding="utf-8")
+    nb = nbformat.from_dict(walk(json.loads(raw)))
     meta = nb.metadata.get("papermill", {})
     for key in ("input_path", "output_path", "cwd"):
-        if meta.get(key):
-            p = Path(meta[key])
-            meta[key] = p.relative_to(root).as_posix() if p.is_absolute() and p.is_relative_to(root) \
-                else portable_path(p)
-    nbformat.write(nb, str(notebook))
+        if meta.get(key) and Path(meta[key]).is_absolute():
+            meta[key] = portable_path(meta[key])
+    text = nbformat.writes(nb)
+    if not text.endswith("\n"):
+        text += "\n"
+    if text != raw:
+        notebook.write_text(text, encoding="utf-8")
+
+
+def portable_params(params: dict, root: Path, paths: dict[str, str] | None = None) -> dict:
+    """Parameters as a manifest records them: every absolute path in a text value made portable."""
+    replace = path_replacer(root, paths)
+    return {k: replace(v) if isinstance(v, str) else v for k, v in params.items()}
+
+
+def cached_key(executed: Path) -> str | None:
+    """The cache key an executed chapter was filed under (its metadata ``polyvox.cache_key``), or None."""
+    try:
+        nb = json.loads(executed.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    meta = nb.get("metadata", {}).get("polyvox", {}) if isinstance(nb, dict) else {}
+    key = meta.get("cache_key") if isinstance(meta, dict) else None
+    return key if isinstance(key, str) else None
+
+
+def publish(tmp: Path, executed: Path, key: str) -> None:
+    """File a freshly executed chapter under its key: notebook and key are one file, replaced in one step.
+
+    The key goes into the notebook's metadata (``polyvox.cache_key``), the notebook is flushed to
+    disk under its temporary name and then renamed over the cached one (``os.replace``, atomic),
+    and the folder entry is flushed. A kill at any instant leaves either the old notebook with its
+    old key or the new notebook with the new key — never new output under an old key, which a
+    separate key file written after the notebook allowed. A key file of an older polyvox
+    (``<name>.key``) is removed afterwards; it is never read.
+    """
+    import nbformat
+
+    nb = nbformat.read(str(tmp), as_version=4)
+    nb.metadata.setdefault("polyvox", {})["cache_key"] = key
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(nbformat.writes(nb) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    executed.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(tmp, executed)
+    _fsync_folder(executed.parent)
+    executed.with_suffix(".key").unlink(missing_ok=True)
+
+
+def _fsync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 @dataclass
@@ -333,14 +445,34 @@ class BuildReport:
 
 def build(root: os.PathLike | str | None = None, only: str | None = None, force: bool = False,
           params_file: os.PathLike | str | None = None, html: bool = True, progress: bool = True) -> BuildReport:
-    from tqdm.auto import tqdm
+    """Execute (or take from the cache), render and build; every input is checked before anything is written.
+
+    One build at a time writes a book: the build holds ``records.RunLock`` on ``_build/.polyvox``
+    (a second one is refused in one line naming the holder), and refuses that folder when its
+    manifest describes another kind of run.
+    """
+    from ..records import KIND_BOOK_CACHE, RunLock, check_folder_kind
 
     t0 = time.perf_counter()
     root = find_root(root)
     overrides = load_params_file(params_file, root)
     corrections = load_corrections(root)
     all_chapters = chapters(root)
-    todo = [resolve_chapter(root, only)] if only else all_chapters
+    todo = [resolve_chapter(root, only)] if only is not None else all_chapters
+    cache = root / CACHE_DIR
+    check_folder_kind(cache, KIND_BOOK_CACHE)  # read-only: a refused build changes nothing
+    with RunLock(cache):
+        check_folder_kind(cache, KIND_BOOK_CACHE)
+        report = _build(root, todo, all_chapters, corrections, overrides, force, html, progress)
+        report.seconds = time.perf_counter() - t0
+        write_build_manifest(root, report, overrides)
+    return report
+
+
+def _build(root: Path, todo: list[Chapter], all_chapters: list[Chapter], corrections: list[dict], overrides: dict,
+           force: bool, html: bool, progress: bool) -> BuildReport:
+    from tqdm.auto import tqdm
+
     report = BuildReport()
     lib_hash = _library_hash(root)
     bar = tqdm(todo, desc="chapters", unit="nb", disable=not progress)
@@ -349,8 +481,7 @@ def build(root: os.PathLike | str | None = None, only: str | None = None, force:
         params = params_for(ch, overrides)
         key = cache_key(root, ch, params, lib_hash)
         executed = root / CACHE_DIR / "executed" / f"{ch.name}.ipynb"
-        key_file = executed.with_suffix(".key")
-        if not force and executed.exists() and key_file.exists() and key_file.read_text() == key:
+        if not force and cached_key(executed) == key:
             report.cached.append(ch.name)
         else:
             tmp = root / CACHE_DIR / "running" / f"{ch.name}.ipynb"
@@ -363,9 +494,7 @@ def build(root: os.PathLike | str | None = None, only: str | None = None, force:
                     shutil.move(str(tmp), failed)
                 report.failures.append(ExecutionFailure(ch.name, str(exc)))
                 continue
-            executed.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(tmp, executed)
-            key_file.write_text(key)
+            publish(tmp, executed, key)
             report.executed.append(ch.name)
         mine = [c for c in corrections if ch.toc_entry in c["chapters"]]
         render(executed, ch.target, mine, chapter=ch.name, root=root)
@@ -379,8 +508,6 @@ def build(root: os.PathLike | str | None = None, only: str | None = None, force:
             raise BookError(f"cannot build HTML: chapters never executed: {', '.join(missing)}")
         write_findings(root)
         report.html = run_jupyter_book(root)
-    report.seconds = time.perf_counter() - t0
-    write_build_manifest(root, report, overrides)
     return report
 
 
@@ -401,11 +528,21 @@ def write_findings(root: Path) -> Path:
 
 def write_build_manifest(root: Path, report: "BuildReport", params: dict) -> Path:
     """_build/.polyvox/manifest.json: chapters executed and cached, parameters, versions, git commit ("-dirty")."""
-    from ..records import now_iso, write_manifest
+    from ..records import KIND_BOOK_CACHE, now_iso, portable_path, write_manifest
 
-    return write_manifest(root / CACHE_DIR, kind="book build", finished=now_iso(), executed=report.executed,
-                          cached=report.cached, failures=[f.chapter for f in report.failures], parameters=params,
-                          html=str(report.html.relative_to(root)) if report.html else None)
+    replace = path_replacer(root)
+
+    def portable(x):  # a --params file may name absolute paths: the manifest names none
+        if isinstance(x, str):
+            x = replace(x)
+            return portable_path(x) if Path(x).is_absolute() else x
+        if isinstance(x, dict):
+            return {k: portable(v) for k, v in x.items()}
+        return [portable(v) for v in x] if isinstance(x, (list, tuple)) else x
+
+    return write_manifest(root / CACHE_DIR, kind=KIND_BOOK_CACHE, finished=now_iso(), executed=report.executed,
+                          cached=report.cached, failures=[f.chapter for f in report.failures],
+                          parameters=portable(params), html=str(report.html.relative_to(root)) if report.html else None)
 
 
 def run_jupyter_book(root: Path) -> Path:
@@ -420,37 +557,89 @@ def run_jupyter_book(root: Path) -> Path:
 
 def run_chapter(name_or_path: str, params: dict, out: os.PathLike | str | None = None,
                 root: os.PathLike | str | None = None) -> Path:
-    """Execute one chapter with parameters into a run folder (executed notebook + manifest.json)."""
+    """Execute one chapter with parameters into a run folder (executed notebook + manifest.json).
+
+    The folder is checked before anything is written: ``''``/``.``/a file are refused, so is a folder
+    holding another kind of run or files of no run, and so is a complete chapter run. A failed or
+    killed chapter run (manifest status ``failed``/``running``) is run again in its folder when the
+    chapter and parameters are the same, and refused otherwise. The folder is locked
+    (``records.RunLock``) while the chapter runs. The manifest (``kind: chapter``) and the executed
+    notebook name no absolute path: the root is written relative, the run folder and any absolute
+    path given as a parameter as :func:`polyvox.records.portable_path` (the chapter itself runs with
+    the real paths; ``parameters_sha256`` tells runs with different real paths apart).
+    """
     import papermill as pm
 
-    from ..records import now_iso, sha256_file, write_manifest
+    from ..records import KIND_CHAPTER, RunLock, check_out_path, now_iso, portable_path, sha256_file, write_manifest
 
     root = find_root(root)
     ch = resolve_chapter(root, name_or_path)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = Path(out) if out else root / "runs" / f"{ch.name.replace('/', '-')}-{stamp}"
+    out = Path(check_out_path(out)) if out is not None else root / "runs" / f"{ch.name.replace('/', '-')}-{stamp}"
     out = out.resolve()
     declared = pm.inspect_notebook(str(ch.source))
     unknown = sorted(set(params) - set(declared))
     if unknown:
         raise BookError(f"{ch.source.name}: unknown parameter(s) {', '.join(unknown)}; "
                         f"parameters: {', '.join(declared)}")
-    if out.exists() and not out.is_dir():
-        raise BookError(f"{out}: a file, not a run folder")
-    if (out / "manifest.json").exists():
-        raise BookError(f"{out}: holds a run already; use a new --out folder")
-    out.mkdir(parents=True, exist_ok=True)
     params = dict(params)
     if "run_dir" in declared and "run_dir" not in params:
         # the chapter runs with the root as working directory: inside it, a relative path
         params["run_dir"] = out.relative_to(root).as_posix() if out.is_relative_to(root) else str(out)
-    record = {"chapter": ch.name, "notebook": str(ch.source.relative_to(root)),
-              "notebook_sha256": sha256_file(ch.source), "parameters": params, "started": now_iso()}
-    write_manifest(out, **record, status="running")
-    try:
-        execute(ch, params, out / ch.source.name, root)
-    except BookError:
-        write_manifest(out, **record, finished=now_iso(), status="failed")
-        raise
-    write_manifest(out, **record, finished=now_iso(), status="ok")
+    where = out.relative_to(root).as_posix() if out.is_relative_to(root) else portable_path(out)
+    paths = {str(out): where}
+    for v in params.values():
+        if isinstance(v, str) and Path(v).is_absolute() and not Path(v).is_relative_to(root):
+            paths.setdefault(v, portable_path(v))
+    exact = hashlib.sha256(json.dumps([ch.name, params], sort_keys=True, default=str).encode()).hexdigest()
+    settings = {"chapter": ch.name, "parameters": _as_recorded(portable_params(params, root, paths)),
+                "parameters_sha256": exact}
+    _check_chapter_folder(out, settings)  # read-only: a refused run changes nothing
+    with RunLock(out):
+        _check_chapter_folder(out, settings)  # again under the lock: another writer may have started meanwhile
+        source = ch.source.relative_to(root).as_posix() if ch.source.is_relative_to(root) else ch.source.name
+        record = {"kind": KIND_CHAPTER, **settings, "notebook": source, "notebook_sha256": sha256_file(ch.source),
+                  "started": now_iso()}
+        write_manifest(out, **record, status="running")
+        try:
+            execute(ch, params, out / ch.source.name, root, paths)
+        except BaseException as exc:
+            status = "failed" if isinstance(exc, Exception) else "interrupted"
+            write_manifest(out, **record, finished=now_iso(), status=status,
+                           error=path_replacer(root, paths)(" ".join(str(exc).split()))[:500])
+            raise
+        write_manifest(out, **record, finished=now_iso(), status="ok")
     return out
+
+
+def _as_recorded(x):
+    """A value as write_manifest stores it (JSON, secrets scrubbed), so a recorded run compares equal."""
+    from ..records import scrub
+
+    return json.loads(json.dumps(scrub(x), sort_keys=True, default=str))
+
+
+def _check_chapter_folder(out: Path, settings: dict) -> None:
+    """A chapter run may write into ``out``: new, empty, or holding an unfinished run of the same settings."""
+    from ..records import KIND_CHAPTER, check_folder_kind, read_manifest
+
+    check_folder_kind(out, KIND_CHAPTER)
+    if not out.is_dir():
+        return
+    manifest = read_manifest(out)
+    if not manifest:
+        other = sorted(p.name for p in out.iterdir() if p.name != ".lock")
+        if other:
+            raise BookError(f"{out}: holds files but no manifest.json ({', '.join(other[:3])}"
+                            f"{' …' if len(other) > 3 else ''}); polyvox writes a chapter run into a new or "
+                            "empty folder: use a new --out folder")
+        return
+    status = manifest.get("status")
+    if status == "ok":
+        raise BookError(f"{out}: holds a complete run of chapter {manifest.get('chapter')}; use a new --out folder")
+    recorded = {k: manifest.get(k) for k in settings}
+    if recorded != settings:
+        changed = [k for k in settings if recorded[k] != settings[k]]
+        raise BookError(f"{out}: holds an unfinished ({status}) chapter run with other settings "
+                        f"({', '.join(changed)}); it runs again only with the same chapter and parameters: "
+                        "use a new --out folder")
