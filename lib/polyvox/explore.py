@@ -691,7 +691,8 @@ def explorer_data(ro: Rollouts, systems: list | None = None, a: str | None = Non
         groups.append({"name": bench or "rollouts", "systems": list(group), "a": ga, "b": gb,
                        "rows": rows, "traces": traces})
     return {"id": f"pv-explorer-{uuid.uuid4().hex[:12]}", "unit": ro.length_unit, "source": ro.source,
-            "page_length": int(page_length), "groups": groups, "pool": pool, "filters": QUICK_FILTERS,
+            "page_length": int(page_length), "groups": groups, "pool": pool,
+            "filters": {k: list(v) for k, v in QUICK_FILTERS.items()},
             "embedded": {"problems": embedded, "of": total, "mb": round(size[0] / 1e6, 4), "cap_mb": max_trace_mb}}
 
 
@@ -790,7 +791,7 @@ EXPLORER_STYLE = """<style>
 .pv-x table.pv-table{border-collapse:collapse;width:100%;margin:0;font-size:0.95em;display:table}
 .pv-x .pv-table th,.pv-x .pv-table td{border:0;padding:0.2em 0.45em;vertical-align:top;text-align:left;
   background:transparent}
-.pv-x .pv-table thead th{border-bottom:2px solid rgba(128,128,128,.55);white-space:normal;overflow-wrap:anywhere;
+.pv-x .pv-table thead th{border-bottom:2px solid rgba(128,128,128,.55);white-space:normal;overflow-wrap:normal;
   font-weight:bold}
 .pv-x .pv-table th.pv-sort{cursor:pointer;user-select:none}
 .pv-x .pv-table th.pv-sort::after{content:' ⇅';opacity:0.35;font-weight:normal}
@@ -988,7 +989,8 @@ EXPLORER_JS = r"""(function () {
     var shown = rows.slice(S.page * per, S.page * per + per);
     // header: problem, gold, then per system its correctness and length
     var h1 = "<tr><th rowspan='2' class='pv-sort' data-key='id'>problem</th><th rowspan='2' class='pv-sort' data-key='gold'>gold</th>";
-    g.systems.forEach(function (s) { h1 += "<th colspan='2' class='pv-sys-head'>" + esc(s) + "</th>"; });
+    g.systems.forEach(function (s) {  // long run names break after / _ - (never inside a word)
+      h1 += "<th colspan='2' class='pv-sys-head'>" + esc(s).replace(/([\/_-])/g, "$1<wbr>") + "</th>"; });
     var h2 = "<tr>" + cs.slice(2).map(function (c) {
       return "<th class='pv-sort' data-key='" + esc(c.key) + "'>" + esc(c.title) + "</th>"; }).join("") + "</tr>";
     var thead = $("thead"), tbody = $("tbody");
