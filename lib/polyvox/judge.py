@@ -51,10 +51,14 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from .records import RecordError, append_jsonl, iter_jsonl, now_iso, read_json, repair_truncated_tail, write_manifest
+from .records import (KIND_JUDGE, RecordError, RunLock, append_jsonl, check_out_path, iter_jsonl, now_iso,
+                      portable_path, read_manifest, repair_truncated_tail, write_manifest)
 
 VERDICTS = "verdicts.jsonl"
 CHOICES = ("A", "B", "tie")
+RECORDED = CHOICES + ("unparseable",)  # what a verdict line's ``choice`` may hold
+# what a verdicts folder holds besides its manifest (tallies.json: the personas pipeline's judge stage)
+FOLDER_FILES = {VERDICTS, "manifest.json", ".lock", "tallies.json", "manifest.json.tmp"}
 
 JUDGE_TEMPLATE = (
     "You compare two answers to a user's request.\n"
@@ -148,22 +152,48 @@ def parse_verdict(raw: str) -> str | None:
 # ---------------------------------------------------------------- systems files and comparisons
 
 def read_systems(path: str | Path) -> dict[str, dict]:
+    """A systems file by prompt id; a malformed row is an error naming the file and line."""
     rows = {}
     for line, obj in iter_jsonl(path):
+        if not isinstance(obj, dict):
+            raise RecordError(path, line, f"expected a JSON object (a systems row), got {type(obj).__name__}")
         for k in ("prompt_id", "prompt", "preference", "responses"):
             if k not in obj:
                 raise RecordError(path, line, f"missing field {k!r} for a systems row")
+        for k in ("prompt_id", "prompt", "preference"):
+            if not isinstance(obj[k], str):
+                raise RecordError(path, line, f"field {k!r} should be a string, got {type(obj[k]).__name__}")
+        if not obj["prompt_id"]:
+            raise RecordError(path, line, "empty prompt_id")
+        responses = obj["responses"]
+        if not isinstance(responses, dict):
+            raise RecordError(path, line, f"field 'responses' should be an object {{system: text}}, "
+                                          f"got {type(responses).__name__}")
+        bad = next((k for k, v in responses.items() if not isinstance(v, str)), None)
+        if bad is not None:
+            raise RecordError(path, line, f"response of system {bad!r} should be a string, "
+                                          f"got {type(responses[bad]).__name__}")
         if obj["prompt_id"] in rows:
             raise RecordError(path, line, f"duplicate prompt_id {obj['prompt_id']!r}")
         rows[obj["prompt_id"]] = obj
+    if not rows:
+        raise RecordError(path, None, "no systems rows")
     return rows
 
 
 def parse_side(spec: str) -> tuple[Path, str]:
-    if ":" not in spec:
+    if not isinstance(spec, str) or ":" not in spec:
         raise ValueError(f"expected FILE:SYSTEM, got {spec!r}")
     path, system = spec.rsplit(":", 1)
+    if not path.strip() or not system.strip():
+        raise ValueError(f"expected FILE:SYSTEM with both parts named, got {spec!r}")
     return Path(path), system
+
+
+def portable_side(spec: str) -> str:
+    """``FILE:SYSTEM`` as a manifest records it: the file as :func:`polyvox.records.portable_path` writes it."""
+    path, system = parse_side(spec)
+    return f"{portable_path(path)}:{system}"
 
 
 @dataclass
@@ -179,6 +209,10 @@ def pairs(a_spec: str, b_spec: str) -> list[Pair]:
     (fa, sa), (fb, sb) = parse_side(a_spec), parse_side(b_spec)
     ra, rb = read_systems(fa), (read_systems(fb) if fb != fa else None)
     rb = rb if rb is not None else ra
+    for f, rows, system in ((fa, ra, sa), (fb, rb, sb)):
+        if not any(system in r["responses"] for r in rows.values()):
+            names = sorted({k for r in rows.values() for k in r["responses"]})
+            raise ValueError(f"{f}: no row answers as system {system!r}; systems: {', '.join(names) or 'none'}")
     out = []
     for pid, row in ra.items():
         if pid not in rb or sa not in row["responses"] or sb not in rb[pid]["responses"]:
@@ -202,14 +236,51 @@ def call_key(identity: dict, c: Call) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def load_cache(out: str | Path) -> dict[str, dict]:
-    """The recorded calls by key; a parsed record may replace an unparseable one, nothing else repeats."""
+def check_out(out: str | Path) -> Path:
+    """Read-only: ``out`` may hold verdicts — a new or empty folder, or one holding a judge run.
+
+    A folder of another kind (a sample run, a pipeline) is refused, and so is one holding files
+    but no manifest: a folder holds one kind of run.
+    """
+    from .stages import check_kind  # knows the pipelines' older manifests too
+
+    out = check_out_path(out)
+    check_kind(out, KIND_JUDGE)
+    if out.is_dir() and not (out / "manifest.json").exists():
+        other = sorted(p.name for p in out.iterdir() if p.name not in FOLDER_FILES)
+        if other:
+            raise ValueError(f"{out}: holds {other[0]}{' …' if len(other) > 1 else ''} but no manifest.json: "
+                             "not a judge run folder; a folder holds one kind of run: use a new folder")
+    return out
+
+
+def _verdict(path: Path, line: int, obj) -> dict:
+    if not isinstance(obj, dict):
+        raise RecordError(path, line, f"expected a JSON object (a verdict), got {type(obj).__name__}")
+    key = obj.get("key")
+    if not isinstance(key, str) or not re.fullmatch(r"[0-9a-f]{64}", key):
+        raise RecordError(path, line, "a verdict needs its 'key' (64 hex digits, the call's sha256), got "
+                                      + (repr(key)[:40] if key is not None else "none"))
+    if obj.get("choice") not in RECORDED:
+        raise RecordError(path, line, f"choice {obj.get('choice')!r} is not one of {', '.join(RECORDED)}")
+    return obj
+
+
+def load_cache(out: str | Path, repair: bool = True) -> dict[str, dict]:
+    """The recorded calls by key; a parsed record may replace an unparseable one, nothing else repeats.
+
+    Every line is checked (a JSON object with its key and a choice of :data:`RECORDED`); a bad
+    line is an error naming the file and line. ``repair``: cut a torn last line (a writer
+    killed mid-append) from the file; without it (plan, tally: read-only) the torn line is skipped.
+    """
     path = Path(out) / VERDICTS
     if not path.exists():
         return {}
-    repair_truncated_tail(path)
+    if repair:
+        repair_truncated_tail(path)
     cache: dict[str, dict] = {}
-    for line, obj in iter_jsonl(path):
+    for line, obj in iter_jsonl(path, tolerate_truncated_tail=not repair):
+        obj = _verdict(path, line, obj)
         old = cache.get(obj["key"])
         if old is not None and old["choice"] != "unparseable":
             raise RecordError(path, line, f"duplicate verdict for key {obj['key'][:12]}…")
@@ -233,66 +304,85 @@ def _todo(ps: list[Pair], judge: Judge, cache: dict, retry_unparseable: bool) ->
 
 
 def plan(a_spec: str, b_spec: str, out: str | Path, judge: Judge, retry_unparseable: bool = False) -> dict:
-    """What ``run`` would do: prompts, free ties (identical texts), calls cached, calls still to make."""
+    """What ``run`` would do: prompts, free ties (identical texts), calls cached, calls still to make (read-only)."""
+    out = check_out(out)
     ps = pairs(a_spec, b_spec)
-    cache = load_cache(out)
+    cache = load_cache(out, repair=False)
     todo = _todo(ps, judge, cache, retry_unparseable)
     identical = sum(p.a == p.b for p in ps)
     return {"prompts": len(ps), "identical": identical, "calls_needed": 2 * (len(ps) - identical),
             "cached": 2 * (len(ps) - identical) - len(todo), "to_make": len(todo)}
 
 
+def _manifest_fields(out: Path, a_spec: str, b_spec: str, ident: dict, max_attempts: int) -> dict:
+    old = read_manifest(out)
+    comparisons = {tuple(portable_side(x) if isinstance(x, str) and ":" in x else x for x in c)
+                   for c in old.get("comparisons", []) if isinstance(c, (list, tuple)) and len(c) == 2}
+    comparisons.add((portable_side(a_spec), portable_side(b_spec)))
+    judges = {json.dumps(j, sort_keys=True) for j in old.get("judges", [])} | {json.dumps(ident, sort_keys=True)}
+    return {"kind": KIND_JUDGE, "comparisons": [list(c) for c in sorted(comparisons)],
+            "judges": [json.loads(j) for j in sorted(judges)],
+            "protocol": {"orders": "both", "fold": "W/L only when both orders agree, else T",
+                         "identical_texts": "free tie", "max_attempts": max_attempts}}
+
+
 def run(a_spec: str, b_spec: str, out: str | Path, judge: Judge, chunk: int = 32, max_attempts: int = 3,
         retry_unparseable: bool = False, progress: bool = False) -> dict:
-    """Make the missing calls (both orders), appending after each chunk; returns counts and throughput."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    """Make the missing calls (both orders), appending after each chunk; returns counts and throughput.
+
+    Validate first, write second: the folder's kind, both systems files and every recorded
+    verdict are read before anything is written, so a refused run leaves no trace. One writer
+    per folder (:class:`polyvox.records.RunLock`): a second ``run`` on the same folder is refused.
+    """
+    if chunk < 1 or max_attempts < 1:
+        raise ValueError(f"chunk and max_attempts must be at least 1, got {chunk} and {max_attempts}")
+    out = check_out(out)
     ps = pairs(a_spec, b_spec)
-    cache = load_cache(out)
-    todo = _todo(ps, judge, cache, retry_unparseable)
     ident = judge.identity()
-    manifest = out / "manifest.json"
-    old = read_json(manifest) if manifest.exists() else {}
-    comparisons = sorted(set(map(tuple, old.get("comparisons", []))) | {(a_spec, b_spec)})
-    judges = {json.dumps(j, sort_keys=True) for j in old.get("judges", [])} | {json.dumps(ident, sort_keys=True)}
-    write_manifest(out, comparisons=[list(c) for c in comparisons], judges=[json.loads(j) for j in sorted(judges)],
-                   protocol={"orders": "both", "fold": "W/L only when both orders agree, else T",
-                             "identical_texts": "free tie", "max_attempts": max_attempts},
-                   status="running", updated=now_iso())
-    t0, made, unparseable = time.perf_counter(), 0, 0
-    for b in range(0, len(todo), chunk):
-        batch = todo[b:b + chunk]
-        results: list = [None] * len(batch)
-        pending = list(range(len(batch)))
-        attempt = 0
-        while pending and attempt < max_attempts:
-            t_call = time.perf_counter()
-            raws = judge.ask([batch[i] for i in pending], attempt)
-            latency = (time.perf_counter() - t_call) / len(pending)
-            still = []
-            for i, raw in zip(pending, raws):
-                choice = judge.parse(raw)
-                results[i] = (choice or "unparseable", raw, attempt + 1, latency)
-                if choice is None:
-                    still.append(i)
-            pending, attempt = still, attempt + 1
-        records = []
-        for c, (choice, raw, attempts, latency) in zip(batch, results):
-            unparseable += choice == "unparseable"
-            records.append({"key": call_key(ident, c), "judge": ident.get("judge"), "prompt_id": c.prompt_id,
-                            "first_sha": hashlib.sha256(c.first.encode()).hexdigest()[:16],
-                            "second_sha": hashlib.sha256(c.second.encode()).hexdigest()[:16],
-                            "choice": choice, "raw": (raw or "")[:500], "attempts": attempts,
-                            "latency_s": round(latency, 4)})
-        append_jsonl(out / VERDICTS, records)
-        made += len(batch)
-        if progress:
-            print(f"judge: {made}/{len(todo)} calls", flush=True)
-    seconds = time.perf_counter() - t0
-    write_manifest(out, comparisons=[list(c) for c in comparisons], judges=[json.loads(j) for j in sorted(judges)],
-                   protocol={"orders": "both", "fold": "W/L only when both orders agree, else T",
-                             "identical_texts": "free tie", "max_attempts": max_attempts},
-                   status="complete", updated=now_iso())
+    load_cache(out, repair=False)  # a malformed verdicts file is refused before the lock is taken
+    _manifest_fields(out, a_spec, b_spec, ident, max_attempts)
+    with RunLock(out):
+        check_out(out)  # again under the lock: another writer may have written meanwhile
+        cache = load_cache(out)
+        todo = _todo(ps, judge, cache, retry_unparseable)
+        fields = _manifest_fields(out, a_spec, b_spec, ident, max_attempts)
+        write_manifest(out, **fields, status="running", updated=now_iso())
+        t0, made, unparseable = time.perf_counter(), 0, 0
+        for b in range(0, len(todo), chunk):
+            batch = todo[b:b + chunk]
+            results: list = [None] * len(batch)
+            pending = list(range(len(batch)))
+            attempt = 0
+            while pending and attempt < max_attempts:
+                t_call = time.perf_counter()
+                raws = judge.ask([batch[i] for i in pending], attempt)
+                if len(raws) != len(pending):
+                    raise RuntimeError(f"judge {ident.get('judge')}: {len(raws)} replies to {len(pending)} calls")
+                latency = (time.perf_counter() - t_call) / len(pending)
+                still = []
+                for i, raw in zip(pending, raws):
+                    choice = judge.parse(raw)
+                    if choice is not None and choice not in CHOICES:
+                        raise RuntimeError(f"judge {ident.get('judge')}: parse gave {choice!r}, not one of "
+                                           f"{', '.join(CHOICES)}")
+                    results[i] = (choice or "unparseable", raw, attempt + 1, latency)
+                    if choice is None:
+                        still.append(i)
+                pending, attempt = still, attempt + 1
+            records = []
+            for c, (choice, raw, attempts, latency) in zip(batch, results):
+                unparseable += choice == "unparseable"
+                records.append({"key": call_key(ident, c), "judge": ident.get("judge"), "prompt_id": c.prompt_id,
+                                "first_sha": hashlib.sha256(c.first.encode()).hexdigest()[:16],
+                                "second_sha": hashlib.sha256(c.second.encode()).hexdigest()[:16],
+                                "choice": choice, "raw": (raw or "")[:500], "attempts": attempts,
+                                "latency_s": round(latency, 4)})
+            append_jsonl(out / VERDICTS, records)
+            made += len(batch)
+            if progress:
+                print(f"judge: {made}/{len(todo)} calls", flush=True)
+        seconds = time.perf_counter() - t0
+        write_manifest(out, **fields, status="complete", updated=now_iso())
     return {"calls_made": made, "unparseable": unparseable, "seconds": round(seconds, 3),
             "verdicts_per_s": round(made / seconds, 2) if made and seconds > 0 else None}
 
@@ -304,7 +394,8 @@ def outcomes(a_spec: str, b_spec: str, out: str | Path, judge: Judge) -> "pd.Dat
     both orders' choices, word counts and the row's labels."""
     import pandas as pd
 
-    ident, cache = judge.identity(), load_cache(out)
+    out = check_out(out)
+    ident, cache = judge.identity(), load_cache(out, repair=False)
     rows = []
     for p in pairs(a_spec, b_spec):
         labels = {k: v for k, v in p.row.items() if k not in ("responses", "prompt") and isinstance(v, (str, int, float))}

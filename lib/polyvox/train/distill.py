@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..adapters import save_adapter
-from ..records import append_jsonl, now_iso, portable_path, write_manifest
+from ..records import RunLock, append_jsonl, check_out_path, now_iso, portable_path, write_manifest
 
 LOSSES = ("forward", "reverse")
 PATH_FIELDS = ("model", "out")  # written repo-relative into the manifest
@@ -152,26 +152,64 @@ def _batch(tok, prompts: list[str], seqs: list[list[int]], device: str):
     return ids.to(device), att.to(device), pos.to(device), mask.to(device)
 
 
+KIND = "distill"  # the kind of run a head's folder holds (its manifest's ``kind``)
+
+
+def manifest_settings(cfg: DistillConfig) -> dict:
+    """The settings a head's manifest records: the config, with its paths as portable paths (never this
+    machine's layout). A head whose manifest holds these settings and ``status: complete`` is done."""
+    import json
+
+    settings = {**asdict(cfg), **{k: portable_path(v) for k, v in asdict(cfg).items() if k in PATH_FIELDS and v}}
+    return json.loads(json.dumps(settings))
+
+
+def _check_out(out: Path) -> None:
+    """Read-only: a head's folder is new, or holds a head (any settings: a head is trained whole)."""
+    from ..stages import check_kind
+
+    check_out_path(out)
+    check_kind(out, KIND)
+    if out.is_dir() and not (out / "manifest.json").exists():
+        known = {".lock", "sequences.jsonl", "train_log.jsonl", "adapter"}
+        other = sorted(p.name for p in out.iterdir() if p.name not in known and not p.name.startswith("step-"))
+        if other:
+            raise ValueError(f"{out}: holds {other[0]} but no manifest.json: not a distilled head's folder; "
+                             "use a new folder")
+
+
 def _gather(logits, pos):
     return logits.gather(1, pos.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
 
 
 def train(cfg: DistillConfig, student_prompts: list[str], teacher_prompts: list[str],
           select_fn: Callable | None = None, progress: bool = True) -> dict:
-    """Distil one head into cfg.out (checkpoints step-N/, the selected adapter/, logs, manifest)."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from tqdm.auto import tqdm
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """Distil one head into cfg.out (checkpoints step-N/, the selected adapter/, logs, manifest).
 
+    One writer per head folder (:class:`polyvox.records.RunLock`); a folder holding another kind of
+    run is refused before anything in it is removed."""
     if cfg.loss not in LOSSES:
         raise ValueError(f"unknown loss {cfg.loss!r}; losses: {', '.join(LOSSES)}")
     if len(student_prompts) != len(teacher_prompts) or not student_prompts:
         raise ValueError("distill: need as many student prompts as teacher prompts (and at least one)")
     out = Path(cfg.out)
-    if out.exists():
-        shutil.rmtree(out)  # a head is trained whole: the stage's manifest says whether it is done
-    out.mkdir(parents=True)
+    _check_out(out)  # validate first: a folder of another kind is refused before anything is removed
+    with RunLock(out):
+        _check_out(out)
+        # a head is trained whole: the stage's manifest says whether it is done
+        for p in out.iterdir():
+            if p.name != ".lock":
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+        return _train(cfg, out, student_prompts, teacher_prompts, select_fn, progress)
+
+
+def _train(cfg: DistillConfig, out: Path, student_prompts: list[str], teacher_prompts: list[str],
+           select_fn: Callable | None, progress: bool) -> dict:
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from tqdm.auto import tqdm
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     started = now_iso()
     torch.manual_seed(cfg.seed)
     tok = AutoTokenizer.from_pretrained(cfg.model, trust_remote_code=False)
@@ -234,7 +272,7 @@ def train(cfg: DistillConfig, student_prompts: list[str], teacher_prompts: list[
                "step_seconds_median": round(sorted(step_times)[len(step_times) // 2], 4),
                "teacher_sequence_seconds": round(seq_seconds, 2),
                "mean_sequence_tokens": round(sum(map(len, seqs)) / len(seqs), 2), "examples": len(seqs)}
-    settings = {**asdict(cfg), **{k: portable_path(v) for k, v in asdict(cfg).items() if k in PATH_FIELDS and v}}
-    write_manifest(out, settings=settings, started=started, finished=now_iso(), status="complete", **summary)
+    write_manifest(out, kind=KIND, settings=manifest_settings(cfg), started=started, finished=now_iso(),
+                   status="complete", **summary)
     return summary
 

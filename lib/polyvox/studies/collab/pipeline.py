@@ -3,7 +3,9 @@
 ``polyvox collab run --scale SCALE --out DIR`` (or :func:`run`) takes the stages in
 order; each writes ``<out>/<stage>/manifest.json`` with its settings, status and seconds,
 and a stage whose manifest says complete under the same settings is skipped (a folder
-holding another scale's stage is refused). Within ``eval`` every system is a resumable
+holding another scale's stage is refused). Every folder the run would write is checked first —
+the root's kind (``collab pipeline``, in ``<out>/manifest.json``) and scale, each stage's kind and
+settings — so a refused run writes nothing; the run holds ``<out>``'s one-writer lock throughout. Within ``eval`` every system is a resumable
 trajectory run (:func:`.scheduler.run`), so a killed evaluation resumes question by question.
 Scales: ``configs/collab/<scale>.yaml`` (``smoke``: seconds, plumbing only; ``h200``: the
 recorded runs, one H200; ``cpu``: that recipe with a smaller test set, for a CPU; ``full``:
@@ -36,8 +38,9 @@ from pathlib import Path
 
 
 from ... import stages
+from ... import stages as _stages  # run() takes a parameter named stages
 from ...backends import SamplingParams, make_backend
-from ...records import Problem, append_jsonl, now_iso, read_json, write_manifest
+from ...records import Problem, RunLock, append_jsonl, now_iso, read_manifest, write_manifest
 from . import scheduler as sched
 from .tasks import collab_qa, collab_world
 
@@ -143,33 +146,35 @@ def solo_run(out: Path, probs: list[Problem], name: str, backend, params: Sampli
     from ...backends.base import Request
     from .protocol import parse_turn
 
-    out.mkdir(parents=True, exist_ok=True)
     settings = json.loads(json.dumps({**settings, "agent": name, "temperature": params.temperature,
                                       "max_tokens": params.max_tokens, "seed": seed,
                                       "questions": sorted(p.id for p in probs)}))
-    sched.check_settings(out, settings)
-    done = sched._existing(out / sched.TRAJECTORIES)
-    started = now_iso()
-    write_manifest(out, settings=settings, started=started, status="running")
-    todo = [p for p in probs if p.id not in done]
-    t0 = time.time()
-    for b in range(0, len(todo), 64):
-        batch = todo[b:b + 64]
-        reqs = [Request.of(backend.prompt("think", p.text), sched.turn_seed(seed, p.id, 0)) for p in batch]
-        comps = backend.generate(reqs, params)
-        recs = []
-        for p, c in zip(batch, comps):
-            turn = parse_turn(c.text, (name,))
-            recs.append({"id": p.id, "question": p.text, "gold": p.gold, "first": name,
-                         "status": "confirmed" if turn.answer else "no_answer", "final": turn.answer,
-                         "n_turns": 1, "metadata": p.metadata,
-                         "turns": [{"agent": name, "attempt": 0, "prompt_tokens": c.prompt_tokens,
-                                    "completion_tokens": c.completion_tokens, "answer": turn.answer,
-                                    "action": None, "target": None, "note": "", "violation": None,
-                                    "forced_handoff": None, "latency_s": round(c.latency_s, 4), "text": c.text}]})
-        append_jsonl(out / sched.TRAJECTORIES, recs)
-    write_manifest(out, settings=settings, started=started, finished=now_iso(), status="complete",
-                   records=len(probs), seconds=round(time.time() - t0, 2))
+    sched.check_settings(out, settings)  # validate first: a refused run writes nothing
+    with RunLock(out):
+        sched.check_settings(out, settings)
+        done = sched._existing(out / sched.TRAJECTORIES)
+        started = now_iso()
+        write_manifest(out, kind=stages.KIND_TRAJECTORIES, settings=settings, started=started, status="running")
+        todo = [p for p in probs if p.id not in done]
+        t0 = time.time()
+        for b in range(0, len(todo), 64):
+            batch = todo[b:b + 64]
+            reqs = [Request.of(backend.prompt("think", p.text), sched.turn_seed(seed, p.id, 0)) for p in batch]
+            comps = backend.generate(reqs, params)
+            recs = []
+            for p, c in zip(batch, comps):
+                turn = parse_turn(c.text, (name,))
+                recs.append({"id": p.id, "question": p.text, "gold": p.gold, "first": name,
+                             "status": "confirmed" if turn.answer else "no_answer", "final": turn.answer,
+                             "n_turns": 1, "metadata": p.metadata,
+                             "turns": [{"agent": name, "attempt": 0, "prompt_tokens": c.prompt_tokens,
+                                        "completion_tokens": c.completion_tokens, "answer": turn.answer,
+                                        "action": None, "target": None, "note": "", "violation": None,
+                                        "forced_handoff": None, "latency_s": round(c.latency_s, 4),
+                                        "text": c.text}]})
+            append_jsonl(out / sched.TRAJECTORIES, recs)
+        write_manifest(out, kind=stages.KIND_TRAJECTORIES, settings=settings, started=started, finished=now_iso(),
+                       status="complete", records=len(probs), seconds=round(time.time() - t0, 2))
     return out
 
 
@@ -223,10 +228,52 @@ def stage_eval(out: Path, s: dict, models: Path, pd: Path, rl: Path, only: list[
         sched.run(out / system, test, sc, {**settings, "system": system})
 
 
+SECTIONS = {"models": ("models",), "pd": ("models", "pd"), "rl": ("models", "pd", "rl"),
+            "eval": ("models", "pd", "rl", "eval")}
+RUN_ONLY = ("threads",)  # scale keys that change no output: a rerun may change them
+
+
+def _recognise(out: Path) -> bool:
+    """A collab run recorded before the root manifest: a stage manifest with the scale's data settings."""
+    for stage in STAGES:
+        settings = read_manifest(out / stage).get("settings") if (out / stage / "manifest.json").is_file() else None
+        if isinstance(settings, dict) and "scale" in settings and "data" in settings:
+            return True
+    return False
+
+
+def check(out: Path, s: dict, todo=STAGES, models_dir: str | Path | None = None) -> None:
+    """Read-only: ``out`` may take a run of scale ``s`` over the stages ``todo`` (see the module docstring)."""
+    stages.check_root(out, stages.KIND_COLLAB, s, _recognise, ignore=RUN_ONLY)
+    for stage in todo:
+        stages.check_stage(out / stage, _settings(s, *SECTIONS[stage]))
+    if models_dir is not None and not Path(models_dir).is_dir():
+        raise ValueError(f"{models_dir}: no such folder of trained base models (--models)")
+
+
 def run(out: str | Path, scale: str | Path = "smoke", stages=STAGES, models_dir: str | Path | None = None) -> dict:
-    """Run the stages in order into out/<stage>/ (skipping complete ones); returns seconds per stage."""
+    """Run the stages in order into out/<stage>/ (skipping complete ones); returns seconds per stage.
+
+    Validate first, write second: the stage names, the scale, the root and the stage folders are
+    checked before anything is written; the run holds ``out``'s one-writer lock throughout.
+    """
+    todo = tuple(st for st in STAGES if st in stages)
+    unknown = [st for st in stages if st not in STAGES]
+    if unknown:
+        raise ValueError(f"unknown stage {unknown[0]!r}; stages: {', '.join(STAGES)}")
     s = load_scale(scale)
     out = Path(out)
+    check(out, s, todo, models_dir)
+    with RunLock(out):
+        check(out, s, todo, models_dir)  # again under the lock: another writer may have finished meanwhile
+        root = {"kind": _stages.KIND_COLLAB, "scale": s["name"], "settings": _stages.scale_settings(s)}
+        write_manifest(out, **root, status="running", stages=list(todo), updated=now_iso())
+        times = _run(out, s, todo, models_dir)
+        write_manifest(out, **root, status="stages complete", stages=list(todo), updated=now_iso())
+    return times
+
+
+def _run(out: Path, s: dict, todo: tuple[str, ...], models_dir) -> dict:
     if s.get("threads"):
         import torch
 
@@ -235,22 +282,19 @@ def run(out: str | Path, scale: str | Path = "smoke", stages=STAGES, models_dir:
         torch.set_num_threads(int(s["threads"]))
     models = Path(models_dir) if models_dir else out / "models"
     times = {}
-    for stage in STAGES:
-        if stage not in stages:
-            continue
+    for stage in todo:
         folder = out / stage
-        sections = {"models": ("models",), "pd": ("models", "pd"), "rl": ("models", "pd", "rl"),
-                    "eval": ("models", "pd", "rl", "eval")}[stage]
-        settings = _settings(s, *sections)
+        settings = _settings(s, *SECTIONS[stage])
         if _begin(folder, settings):
-            times[stage] = read_json(folder / "manifest.json").get("seconds")
+            times[stage] = read_manifest(folder).get("seconds")
             continue
         folder.mkdir(parents=True, exist_ok=True)
         started, t0 = now_iso(), time.time()
-        write_manifest(folder, settings=settings, started=started, status="running")
+        write_manifest(folder, kind=_stages.KIND_STAGE, settings=settings, started=started, status="running")
         if s.get("endpoints") and stage != "eval":
-            write_manifest(folder, settings=settings, started=started, finished=now_iso(), status="complete",
-                           seconds=0.0, note="full scale: this stage's models are served at the scale's endpoints")
+            write_manifest(folder, kind=_stages.KIND_STAGE, settings=settings, started=started, finished=now_iso(),
+                           status="complete", seconds=0.0,
+                           note="full scale: this stage's models are served at the scale's endpoints")
             times[stage] = 0.0
             continue
         if stage == "models":
@@ -262,7 +306,7 @@ def run(out: str | Path, scale: str | Path = "smoke", stages=STAGES, models_dir:
         else:
             stage_eval(folder, s, models, out / "pd", out / "rl")
         times[stage] = round(time.time() - t0, 1)
-        write_manifest(folder, settings=settings, started=started, finished=now_iso(), status="complete",
-                       seconds=times[stage])
+        write_manifest(folder, kind=_stages.KIND_STAGE, settings=settings, started=started, finished=now_iso(),
+                       status="complete", seconds=times[stage])
         print(f"collab: stage {stage} done in {times[stage]} s", flush=True)
     return times

@@ -24,9 +24,11 @@ OpenAI-compatible server applies itself). Questions advance in lock-step: each r
 the pending turns of all open questions are grouped by agent and sent as one batch.
 
 Records: :func:`run` writes one trajectory per question to ``trajectories.jsonl`` with a
-``manifest.json`` of settings; questions are appended as they finish (flushed), a rerun
-skips recorded ids, a torn last line is cut, and a folder holding another run's settings is
-refused — so a killed run loses only unfinished questions and never duplicates one.
+``manifest.json`` of settings (kind ``collab trajectories``); questions are appended as they
+finish (flushed), a rerun skips recorded ids, a torn last line is cut, and a folder holding
+another run's settings or another kind of run is refused before anything is written — so a
+killed run loses only unfinished questions and never duplicates one. One writer per folder
+(:class:`polyvox.records.RunLock`).
 A backend that still fails after its own bounded retries stops the run with one line
 naming the agent (:class:`AgentError`).
 """
@@ -38,7 +40,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...backends.base import Request, SamplingParams
-from ...records import Problem, append_jsonl, now_iso, read_json, read_jsonl, repair_truncated_tail, write_manifest
+from ...records import (Problem, RecordError, RunLock, append_jsonl, iter_jsonl, now_iso, read_jsonl,
+                        repair_truncated_tail, write_manifest)
+from ...stages import KIND_TRAJECTORIES, check_kind
 from .protocol import parse_turn, state_prompt
 
 TRAJECTORIES = "trajectories.jsonl"
@@ -149,54 +153,68 @@ class Scheduler:
         return done
 
 
-def _existing(path: Path) -> set[str]:
+def _existing(path: Path, repair: bool = True) -> set[str]:
+    """The question ids recorded in a trajectories file; a line without its id, or a repeated id, is an
+    error naming the file and line. ``repair``: cut a torn last line first (else it is skipped)."""
     if not path.exists():
         return set()
-    repair_truncated_tail(path)
+    if repair:
+        repair_truncated_tail(path)
     seen: set[str] = set()
-    for line, rec in enumerate(read_jsonl(path), start=1):
+    for line, rec in iter_jsonl(path, tolerate_truncated_tail=not repair):
+        if not isinstance(rec, dict) or not isinstance(rec.get("id"), str):
+            raise RecordError(path, line, "a trajectory needs its question 'id' (a string)")
         if rec["id"] in seen:
-            raise ValueError(f"{path}:{line}: duplicate question {rec['id']!r}")
+            raise RecordError(path, line, f"duplicate question {rec['id']!r}")
         seen.add(rec["id"])
     return seen
 
 
 def check_settings(out: Path, settings: dict) -> None:
-    m = out / "manifest.json"
-    old = read_json(m).get("settings") if m.exists() else None
+    """Read-only: ``out`` is new, or holds a collaboration run with these settings."""
+    old = check_kind(out, KIND_TRAJECTORIES).get("settings")
     if old is None:
-        if (out / TRAJECTORIES).exists():
-            raise ValueError(f"{out}: holds trajectories but no manifest settings: use a new folder")
+        if out.is_dir() and any(p.name != ".lock" for p in out.iterdir()):
+            raise ValueError(f"{out}: holds files but no manifest settings: use a new folder")
         return
     if old != settings:
         changed = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
         raise ValueError(f"{out}: holds a collaboration run with other settings ({', '.join(changed)}); "
                          "use a new folder")
+    _existing(out / TRAJECTORIES, repair=False)
+
+
+def run_settings(problems: list[Problem], scheduler: Scheduler, settings: dict) -> dict:
+    """The settings a run's manifest records: the caller's, the scheduler's and the question set's."""
+    import json
+
+    return json.loads(json.dumps({**settings, "t_max": scheduler.t_max, "max_retries": scheduler.max_retries,
+                                  "first": scheduler.first, "agents": list(scheduler.names),
+                                  "fmt": scheduler.fmt, "seed": scheduler.seed,
+                                  "sampling": {"max_tokens": scheduler.params.max_tokens,
+                                               "temperature": scheduler.params.temperature},
+                                  "problems_sha256": hashlib.sha256("\n".join(sorted(p.id for p in problems))
+                                                                    .encode()).hexdigest(),
+                                  "n_problems": len(problems)}, default=str))
 
 
 def run(out: str | Path, problems: list[Problem], scheduler: Scheduler, settings: dict, chunk: int = 64) -> Path:
     """Trajectories for every problem not yet recorded in out/trajectories.jsonl (resumable)."""
-    import json
-
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    settings = json.loads(json.dumps({**settings, "t_max": scheduler.t_max, "max_retries": scheduler.max_retries,
-                                      "first": scheduler.first, "agents": list(scheduler.names),
-                                      "fmt": scheduler.fmt, "seed": scheduler.seed,
-                                      "sampling": {"max_tokens": scheduler.params.max_tokens,
-                                                   "temperature": scheduler.params.temperature},
-                                      "problems_sha256": hashlib.sha256("\n".join(sorted(p.id for p in problems)).encode()).hexdigest(), "n_problems": len(problems)}, default=str))
-    check_settings(out, settings)
-    done = _existing(out / TRAJECTORIES)
-    started = now_iso()
-    write_manifest(out, settings=settings, started=started, status="running")
-    todo = [p for p in problems if p.id not in done]
-    t0 = time.time()
-    for b in range(0, len(todo), chunk):
-        scheduler.run_all(todo[b:b + chunk],
-                          on_finished=lambda ts: append_jsonl(out / TRAJECTORIES, [t.record() for t in ts]))
-    write_manifest(out, settings=settings, started=started, finished=now_iso(), status="complete",
-                   records=len(problems), seconds=round(time.time() - t0, 2))
+    settings = run_settings(problems, scheduler, settings)
+    check_settings(out, settings)  # validate first: a refused run writes nothing
+    with RunLock(out):
+        check_settings(out, settings)
+        done = _existing(out / TRAJECTORIES)
+        started = now_iso()
+        write_manifest(out, kind=KIND_TRAJECTORIES, settings=settings, started=started, status="running")
+        todo = [p for p in problems if p.id not in done]
+        t0 = time.time()
+        for b in range(0, len(todo), chunk):
+            scheduler.run_all(todo[b:b + chunk],
+                              on_finished=lambda ts: append_jsonl(out / TRAJECTORIES, [t.record() for t in ts]))
+        write_manifest(out, kind=KIND_TRAJECTORIES, settings=settings, started=started, finished=now_iso(),
+                       status="complete", records=len(problems), seconds=round(time.time() - t0, 2))
     return out
 
 

@@ -2,7 +2,11 @@
 
 ``polyvox personas run --scale SCALE --out DIR`` runs every stage in order; each stage writes
 ``<out>/<stage>/…`` with a ``manifest.json`` of its settings and is skipped when complete
-under the same settings (a folder holding another scale's stage is refused). Scales are
+under the same settings (a folder holding another scale's stage is refused). Every folder the
+run would write is checked before anything is written — the root's kind (``personas pipeline``,
+in ``<out>/manifest.json``) and scale (against ``<out>/scale.yaml`` for runs recorded before the
+root manifest), every stage's kind and settings — and the run holds ``<out>``'s one-writer lock
+throughout, so a refused or concurrent run changes nothing. Scales are
 ``configs/personas/<scale>.yaml`` (``smoke``: seconds, plumbing only; ``h200``: the recorded
 runs, one H200; ``cpu``: the same recipe on a CPU; ``full``: the study's scale, documented, not
 run here), read by
@@ -30,7 +34,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import yaml
@@ -39,8 +42,9 @@ from ... import adapters, judge, runs
 from ...backends import SamplingParams, accepted_options, make_backend
 from ...backends.base import Backend
 from ... import stages
+from ... import stages as _stages  # run() takes a parameter named stages
 from ...formats import Prompt
-from ...records import append_jsonl, now_iso, read_json, read_jsonl, write_manifest
+from ...records import KIND_JUDGE, RunLock, append_jsonl, now_iso, read_json, read_jsonl, write_manifest
 from . import router as R
 from . import world as pw
 
@@ -112,7 +116,8 @@ def stage_router(out: Path, s: dict) -> None:
                   for p, pr, pk in zip(data["test"], probs, picks)])
     metrics = R.evaluate(picks, [p.preference for p in data["test"]])
     (folder / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    write_manifest(folder, settings=settings, status="complete", finished=now_iso(), seconds=round(time.time() - t0, 1))
+    write_manifest(folder, kind=stages.KIND_STAGE, settings=settings, status="complete", finished=now_iso(),
+                   seconds=round(time.time() - t0, 1))
 
 
 # ---------------------------------------------------------------- heads
@@ -152,12 +157,11 @@ def stage_heads(out: Path, s: dict, arm: str, seed: int) -> None:
                                     learning_rate=d["lr"], steps=d["steps"], batch=d["batch"],
                                     max_new_tokens=s["generate"]["max_tokens"], save_every=d["save_every"],
                                     seed=seed, teacher_temperature=d["teacher_temperature"], device=_device())
-        done = folder / pole / "manifest.json"
-        if done.exists() and read_json(done).get("status") == "complete" and \
-                read_json(done).get("settings") == json.loads(json.dumps(asdict(cfg))):
-            summaries[pole] = {k: read_json(done)[k] for k in ("selected_step", "validation", "step_seconds_mean",
-                                                               "step_seconds_median", "teacher_sequence_seconds",
-                                                               "mean_sequence_tokens", "examples")}
+        done = read_json(folder / pole / "manifest.json") if (folder / pole / "manifest.json").is_file() else {}
+        if done.get("status") == "complete" and done.get("settings") == distill.manifest_settings(cfg):
+            summaries[pole] = {k: done[k] for k in ("selected_step", "validation", "step_seconds_mean",
+                                                    "step_seconds_median", "teacher_sequence_seconds",
+                                                    "mean_sequence_tokens", "examples")}
             continue  # a head finished before an interruption is kept
         summaries[pole] = distill.train(cfg, [R.chat_prompt(tok, p.text) for p in train],
                                         [R.chat_prompt(tok, p.text, pw.CARDS[pole]) for p in train],
@@ -166,7 +170,7 @@ def stage_heads(out: Path, s: dict, arm: str, seed: int) -> None:
     heads = {p: folder / p / "adapter" for p in pw.POLES}
     for pair in PAIRS:
         adapters.save_mix(model, heads, dict(zip(pw.POLES, RECIPES[pair])), folder / f"mix_{pair}")
-    write_manifest(folder, settings=settings, status="complete", finished=now_iso(),
+    write_manifest(folder, kind=stages.KIND_STAGE, settings=settings, status="complete", finished=now_iso(),
                    seconds=round(time.time() - t0, 1), heads=summaries)
 
 
@@ -276,7 +280,8 @@ def stage_systems(out: Path, s: dict) -> None:
             tmp.unlink(missing_ok=True)
             append_jsonl(tmp, systems_rows(out, s, arm, seed))
             tmp.replace(path)
-    write_manifest(folder, settings=_settings(s, "world", "arms"), status="complete", finished=now_iso())
+    write_manifest(folder, kind=stages.KIND_STAGE, settings=_settings(s, "world", "arms"), status="complete",
+                   finished=now_iso())
 
 
 # ---------------------------------------------------------------- judge
@@ -326,47 +331,106 @@ def stage_judge(out: Path, s: dict) -> None:
     j = make_judge(s["judge"])
     tallies = []
     t0, calls = time.time(), 0
-    for name, a, b in comparisons(s, out / "systems"):
+    specs = comparisons(s, out / "systems")
+    for name, a, b in specs:
         calls += judge.run(a, b, folder, j, chunk=s["judge"]["chunk"])["calls_made"]
         t = judge.tally(a, b, folder, j, by=BY, n_boot=s["judge"]["n_boot"])
         tallies.append({"name": name, **t})
-    rel = lambda spec: str(Path(spec).relative_to(out)) if Path(spec.rsplit(":", 1)[0]).is_absolute() else spec  # noqa: E731
+
+    def rel(spec: str) -> str:  # FILE:SYSTEM with the file relative to the run folder (systems/…)
+        path, system = judge.parse_side(spec)
+        return f"{path.relative_to(out).as_posix()}:{system}"
+
     for t in tallies:
         t["a"], t["b"] = rel(t["a"]), rel(t["b"])
     (folder / "tallies.json").write_text(json.dumps(tallies, indent=1) + "\n")
     m = read_json(folder / "manifest.json")
     m.pop("versions", None)
-    m["comparisons"] = [[rel(a), rel(b)] for a, b in m["comparisons"]]
+    m["comparisons"] = sorted([rel(a), rel(b)] for _name, a, b in specs)
     write_manifest(folder, **{**m, "settings": _settings(s, "judge"), "calls_made_last_run": calls,
                               "seconds_last_run": round(time.time() - t0, 1)})
 
 
 # ---------------------------------------------------------------- all
 
+RUN_ONLY = ("generate.threads",)  # scale keys that change no output: a rerun may change them
+
+
+def _recognise(out: Path) -> bool:
+    """A personas run recorded before the root manifest: its copy of the scale, scale.yaml."""
+    return (out / "scale.yaml").is_file()
+
+
+def _stage_checks(out: Path, s: dict, todo) -> list[tuple[Path, dict, tuple[str, ...]]]:
+    """(folder, settings, kinds) of every stage folder with a manifest that the stages ``todo`` write."""
+    out_checks = []
+    if "router" in todo:
+        out_checks.append((out / "router", _settings(s, "model", "world", "router"), (stages.KIND_STAGE,)))
+    if "heads" in todo:
+        out_checks += [(out / "heads" / f"{arm}-s{seed}", _settings(s, "model", "world", "distill", arm=arm, seed=seed),
+                        (stages.KIND_STAGE,)) for arm in s["arms"]["losses"] for seed in s["arms"]["seeds"]]
+    if "systems" in todo:
+        out_checks.append((out / "systems", _settings(s, "world", "arms"), (stages.KIND_STAGE,)))
+    if "judge" in todo:
+        out_checks.append((out / "judge", _settings(s, "judge"), (KIND_JUDGE,)))
+    return out_checks
+
+
+def check(out: Path, s: dict, todo=STAGES) -> None:
+    """Read-only: ``out`` may take a run of scale ``s`` over the stages ``todo`` (see the module docstring)."""
+    stages.check_root(out, stages.KIND_PERSONAS, s, _recognise, ignore=RUN_ONLY)
+    if not (out / "manifest.json").is_file() and (out / "scale.yaml").is_file():
+        old = load_scale(out / "scale.yaml")
+        changed = stages.changed_keys(stages.scale_settings(old), stages.scale_settings(s), RUN_ONLY)
+        if changed:
+            raise ValueError(f"{out}: holds a run of the scale {old['name']!r} (its scale.yaml); the scale "
+                             f"{s['name']!r} differs in {', '.join(changed)}; use a new --out")
+    for folder, settings, kinds in _stage_checks(out, s, todo):
+        stages.check_stage(folder, settings, kinds)
+    if "judge" in todo:
+        judge.check_out(out / "judge")
+    for name in ("gen", "heads", "systems"):
+        if (out / name).exists() and not (out / name).is_dir():
+            raise ValueError(f"{out / name}: a file, not a folder")
+
+
 def run(out: str | Path, scale: str | Path = "cpu", stages=STAGES) -> Path:
-    """Every stage for a scale into ``out``, skipping what is complete (resumable)."""
+    """Every stage for a scale into ``out``, skipping what is complete (resumable).
+
+    Validate first, write second: the stage names, the scale, the root and every stage folder are
+    checked before ``out`` is created or its ``scale.yaml`` written; the run holds ``out``'s lock.
+    """
     import torch
 
+    todo = tuple(stages)
+    unknown = [st for st in todo if st not in STAGES]
+    if unknown:
+        raise ValueError(f"unknown stage {unknown[0]!r}; stages: {', '.join(STAGES)}")
     s = load_scale(scale)
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(int(s["generate"].get("threads", 1)))
-    (out / "scale.yaml").write_text(yaml.safe_dump(s, sort_keys=False))
-    for stage in stages:
-        t0 = time.time()
-        if stage == "router":
-            stage_router(out, s)
-        elif stage == "heads":
-            for arm in s["arms"]["losses"]:
-                for seed in s["arms"]["seeds"]:
-                    stage_heads(out, s, arm, seed)
-        elif stage == "generate":
-            stage_generate(out, s)
-        elif stage == "systems":
-            stage_systems(out, s)
-        elif stage == "judge":
-            stage_judge(out, s)
-        else:
-            raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
-        print(f"personas: {stage} done in {time.time() - t0:.1f}s", flush=True)
+    check(out, s, todo)
+    with RunLock(out):
+        check(out, s, todo)  # again under the lock: another writer may have finished meanwhile
+        root = {"kind": _stages.KIND_PERSONAS, "scale": s["name"], "settings": _stages.scale_settings(s)}
+        write_manifest(out, **root, status="running", stages=list(todo), updated=now_iso())
+        torch.set_num_threads(int(s["generate"].get("threads", 1)))
+        tmp = out / "scale.yaml.tmp"
+        tmp.write_text(yaml.safe_dump(s, sort_keys=False))
+        tmp.replace(out / "scale.yaml")
+        for stage in todo:
+            t0 = time.time()
+            if stage == "router":
+                stage_router(out, s)
+            elif stage == "heads":
+                for arm in s["arms"]["losses"]:
+                    for seed in s["arms"]["seeds"]:
+                        stage_heads(out, s, arm, seed)
+            elif stage == "generate":
+                stage_generate(out, s)
+            elif stage == "systems":
+                stage_systems(out, s)
+            else:
+                stage_judge(out, s)
+            print(f"personas: {stage} done in {time.time() - t0:.1f}s", flush=True)
+        write_manifest(out, **root, status="stages complete", stages=list(todo), updated=now_iso())
     return out

@@ -19,7 +19,9 @@ arithmetic-disjoint from every training set (:func:`~.problems.expression_split`
 
 ``run`` goes seed by seed (models, then for each seed: panel RL, evaluation, bands on the
 first seed, hill-climbs), skipping a stage whose manifest says complete under the same
-settings and refusing a folder that holds another scale's run. Scales are YAML files,
+settings and refusing a folder that holds another scale's run. It checks every folder it would
+write first (the root's kind and scale, the kind and settings of every stage it runs), writes nothing when one is refused, and holds ``<out>``'s one-writer lock for the whole
+run; ``<out>/manifest.json`` records the kind (``world pipeline``) and the scale. Scales are YAML files,
 ``configs/world/<scale>.yaml`` (``smoke``: CPU, a minute, checks the plumbing, numbers
 mean nothing; ``h200``: the recorded runs), read by :func:`load_scale` for both the command
 and the chapter. Sampling and grading go through the one run path
@@ -32,7 +34,7 @@ from pathlib import Path
 
 from ... import metrics, runs, stages
 from ...backends import BackendSpec, SamplingParams
-from ...records import RecordError, RunLock, append_jsonl, now_iso, read_json, read_jsonl, write_manifest
+from ...records import KIND_RL, RecordError, RunLock, append_jsonl, now_iso, read_jsonl, read_manifest, write_manifest
 from ...tasks import load as load_task
 from ...train import grpo
 from . import problems as _problems  # noqa: F401 - registers the "world" task even without entry points
@@ -198,6 +200,38 @@ def stage_folder(out: Path, stage: str, seed: int) -> Path:
     return _seed_dir(out, seed) / stage if _STAGE_FNS[stage][2] else out / stage
 
 
+RL_STAGES = ("panel-rl", "hillclimb-panel", "hillclimb-think")  # their folder is an RL run's (grpo.train)
+
+
+def _stage_settings(s: dict, stage: str, seed: int) -> dict:
+    _fn, sections, per_seed = _STAGE_FNS[stage]
+    return stages.settings_of(s, *sections, seed=seed if per_seed else None)
+
+
+def _kinds(stage: str) -> tuple[str, ...]:
+    return (stages.KIND_STAGE, KIND_RL) if stage in RL_STAGES else (stages.KIND_STAGE,)
+
+
+def _recognise(out: Path) -> bool:
+    """A world run written before kinds were recorded: a stage manifest naming one of the stages."""
+    found = [out / st / "manifest.json" for st in ("models", "bands", "bands-redraw")]
+    found += [d / st / "manifest.json" for d in out.glob("seed-*") for st in STAGES]
+    return any(f.is_file() and read_manifest(f.parent).get("stage") in STAGES for f in found)
+
+
+def check(out: Path, s: dict, order: list[tuple[str, int]]) -> None:
+    """Read-only: every folder a run of scale ``s`` over ``order`` ((stage, seed) pairs) writes may take it."""
+    # more seeds may be added to a scale (new seed folders); the first seed's adapters feed the bands
+    stages.check_root(out, stages.KIND_WORLD, s, _recognise, ignore=("seeds",))
+    old = read_manifest(out).get("settings") if (out / "manifest.json").is_file() else None
+    if isinstance(old, dict) and old.get("seeds") and old["seeds"][0] != s["seeds"][0]:
+        raise ValueError(f"{out}: holds a run whose first seed is {old['seeds'][0]}; the scale {s['name']!r} starts "
+                         f"at seed {s['seeds'][0]} (the bands and hill-climbs start from the first seed); "
+                         "use a new --out")
+    for stage, seed in order:
+        stages.check_stage(stage_folder(out, stage, seed), _stage_settings(s, stage, seed), _kinds(stage))
+
+
 def run(out: str | Path, scale: str | Path = "smoke", stages=STAGES, seeds=None) -> Path:
     """Run the stages into out/, seed by seed, skipping those already complete with the same settings."""
     out = Path(out)
@@ -209,28 +243,35 @@ def run(out: str | Path, scale: str | Path = "smoke", stages=STAGES, seeds=None)
     bad = [x for x in seeds if x not in s["seeds"]]
     if bad:
         raise ValueError(f"seed(s) {bad} are not in the scale's seeds {s['seeds']}")
+    if not seeds:
+        raise ValueError("no seeds to run")
     order = [("models", seeds[0])] if "models" in stages else []
     for k in seeds:  # seed by seed, so that an interrupted run leaves whole seeds behind
         order += [(st, k) for st in ("panel-rl", "eval") if st in stages]
         if k == seeds[0]:
             order += [(st, k) for st in ("bands", "bands-redraw") if st in stages]
         order += [(st, k) for st in ("hillclimb-panel", "hillclimb-think") if st in stages]
+    check(out, s, order)  # validate first: a refused run writes nothing
     with RunLock(out):
+        check(out, s, order)  # again under the lock: another writer may have finished meanwhile
+        root = {"kind": stages.KIND_WORLD, "scale": s["name"], "settings": stages.scale_settings(s)}
+        write_manifest(out, **root, status="running", stages=list(stages), seeds=seeds, updated=now_iso())
         for stage, seed in order:
             _run_stage(out, s, seed, stage)
+        write_manifest(out, **root, status="stages complete", stages=list(stages), seeds=seeds, updated=now_iso())
     return out
 
 
 def _run_stage(out: Path, s: dict, seed: int, stage: str) -> None:
     fn, sections, per_seed = _STAGE_FNS[stage]
-    settings = stages.settings_of(s, *sections, seed=seed if per_seed else None)
+    settings = _stage_settings(s, stage, seed)
     folder = stage_folder(out, stage, seed)
-    if stages.stage_done(folder, settings):
+    if stages.stage_done(folder, settings, _kinds(stage)):
         return
     started = now_iso()
     fn(out, s, seed)
-    # the RL stages' manifest (written by grpo.train) keeps its config; the stage adds its settings
-    extra = {k: v for k, v in read_json(folder / "manifest.json").items() if k not in ("settings", "status")} \
-        if (folder / "manifest.json").exists() else {}
-    write_manifest(folder, **{**extra, "settings": settings, "status": "complete", "stage": stage,
+    # the RL stages' manifest (written by grpo.train) keeps its config and kind; the stage adds its settings
+    extra = {k: v for k, v in read_manifest(folder).items() if k not in ("settings", "status")}
+    kind = {} if stage in RL_STAGES else {"kind": stages.KIND_STAGE}
+    write_manifest(folder, **{**kind, **extra, "settings": settings, "status": "complete", "stage": stage,
                               "started": extra.get("started", started), "finished": now_iso()})
