@@ -397,3 +397,21 @@ def test_write_notebook_explores_a_run_without_touching_tracked_notebooks(world,
         explore.write_notebook(tmp_path / "nb")
     with pytest.raises(ValueError, match=".ipynb"):
         explore.write_notebook(folder, out=tmp_path / "x.txt")
+
+
+def test_polyvox_explore_command_writes_the_notebook_and_says_how_to_open_it(root, tmp_path, capsys):
+    import os
+
+    from polyvox import cli
+
+    run = _shipped(root, tmp_path / "run", systems=("tiny-think",), lines=16) / "tiny-think"
+    assert cli.main(["explore", str(run), "--data-dir", str(root / "data")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"notebook: {run / 'explore.ipynb'}" and (run / "explore.ipynb").is_file()
+    assert " lab " in out[1] and str(run / "explore.ipynb") in out[1]
+    assert out[1].endswith(" --allow-root") == (os.geteuid() == 0)
+    assert cli.main(["explore", str(run)]) == 0
+    assert "already there: kept" in capsys.readouterr().out
+    assert cli.main(["explore", str(tmp_path / "nothing")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("polyvox: ") and "no such run folder" in err and len(err.strip().splitlines()) == 1

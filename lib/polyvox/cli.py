@@ -120,6 +120,14 @@ def _cmd_grade(args) -> int:
     return 0
 
 
+def _cmd_explore(args) -> int:
+    from .explore import explore_command
+
+    for line in explore_command(args.run, out=args.out, data_dir=args.data_dir, force=args.force):
+        print(line)
+    return 0
+
+
 def _cmd_world(args) -> int:
     from .studies.world.pipeline import STAGES, run
 
@@ -207,6 +215,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-ungradable", type=config.number(0, 1, what="a fraction in [0, 1]"), metavar="FRACTION",
                    help="fail when more than this share of samples is ungradable (default 0.05)")
     g.set_defaults(func=_cmd_grade)
+
+    e = sub.add_parser("explore", help="write RUN/explore.ipynb: the run's explorer, to open in JupyterLab")
+    e.add_argument("run", help="a run folder, or a folder holding run folders")
+    e.add_argument("--out", help="the notebook to write (default RUN/explore.ipynb)")
+    e.add_argument("--data-dir", default="data", help="the benchmarks the run's task reads")
+    e.add_argument("--force", action="store_true", help="write the notebook anew over an existing one")
+    e.set_defaults(func=_cmd_explore)
 
     w = sub.add_parser("world", help="the miniature replication: models, panel RL, evaluations, bands, hill-climbs")
     w.add_argument("action", choices=["run"])

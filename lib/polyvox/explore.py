@@ -1230,3 +1230,23 @@ def write_notebook(run, out=None, data_dir="data", force: bool = False) -> Path:
     nbformat.write(nb, str(tmp))
     os.replace(tmp, out)
     return out
+
+
+def open_command(notebook) -> str:
+    """The command that opens a notebook in this environment's JupyterLab (``--allow-root`` when root)."""
+    import os
+    import shlex
+    import sys
+
+    jupyter = Path(sys.executable).parent / "jupyter"
+    root = hasattr(os, "geteuid") and os.geteuid() == 0
+    return f"{shlex.quote(str(jupyter))} lab {shlex.quote(str(notebook))}" + (" --allow-root" if root else "")
+
+
+def explore_command(run, out=None, data_dir="data", force: bool = False) -> list[str]:
+    """``polyvox explore RUN``: write the notebook (:func:`write_notebook`); the lines to print."""
+    target = Path(out) if out is not None else Path(run) / NOTEBOOK
+    kept = target.exists() and not force
+    path = write_notebook(run, out=out, data_dir=data_dir, force=force)
+    return [f"notebook: {path}" + (" (already there: kept; --force writes it anew)" if kept else ""),
+            f"open it in JupyterLab, then Run ▸ Run All Cells: {open_command(path)}"]
