@@ -244,3 +244,34 @@ def test_run_writes_executed_notebook_and_manifest(tmp_path, root):
     bad = subprocess.run([sys.executable, "-m", "polyvox.cli", "run", "panel/length", "-p", "nope=1",
                           "--out", str(tmp_path / "bad")], cwd=root, capture_output=True, text=True)
     assert bad.returncode == 1 and "unknown parameter(s) nope" in bad.stderr
+
+
+def _code_cells(path: Path) -> list[str]:
+    return [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+
+
+def test_chapters_define_no_functions(root):
+    """Chapters narrate; every function they need lives in polyvox (studies/<part>/analysis.py, metrics,
+    book) and is tested there. A chapter's code cells define none (``def`` or ``lambda``)."""
+    import ast
+
+    found = []
+    for nb in sorted((root / "notebooks").rglob("*.ipynb")):
+        for i, src in enumerate(_code_cells(nb)):
+            for node in ast.walk(ast.parse(src)):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                    found.append(f"{nb.relative_to(root)}: code cell {i}, line {node.lineno}: {type(node).__name__}")
+    assert not found, "\n".join(found)
+
+
+def test_prose_names_no_internal_label_and_no_path_outside_the_repository(root):
+    """The chapters and hand-written pages name the studies as published, never by this project's
+    labels ("seed 002") or by a path outside the repository (../shared)."""
+    import re as _re
+
+    # book/corrections.md is written from data/corrections.yml at build time, not a source here
+    pages = [*(root / "notebooks").rglob("*.ipynb"), *(p for p in (root / "book").glob("*.md") if p.name != "corrections.md")]
+    texts = {p.relative_to(root): p.read_text() for p in pages}
+    bad = [f"{p}: {m.group(0)!r}" for p, t in texts.items()
+           for m in _re.finditer(r"(?i)\bseed 00\d\b|\.\./shared|shared/seeds|stored-repository|read_file", t)]
+    assert not bad, "\n".join(bad)

@@ -29,6 +29,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 VIEWPORT = {"width": 1280, "height": 900}
+PHONE = {"width": 390, "height": 844}  # a phone held upright: no page may scroll sideways at this width
 SCREENSHOTS = {"intro": "book/intro.html", "accuracy": "book/panel/accuracy.html", "explorer": "book/panel/explorer.html"}
 
 # Elements wider than their column, or sticking out of it, not inside a horizontal scroll container.
@@ -136,9 +137,9 @@ def pages_of(html_root: Path) -> list[str]:
     return sorted(p.relative_to(html_root).as_posix() for p in (html_root / "book").rglob("*.html"))
 
 
-def open_page(browser, url: str):
+def open_page(browser, url: str, viewport: dict = VIEWPORT):
     """A new page at url; returns (page, console errors, requests that left 127.0.0.1)."""
-    page = browser.new_page(viewport=VIEWPORT)
+    page = browser.new_page(viewport=viewport)
     errors, external = [], []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
@@ -175,6 +176,49 @@ def visited(browser, server, book_html, root):
                       "images": page.evaluate(IMAGES), "links": page.evaluate(LINKS)}
         page.close()
     return found
+
+
+@pytest.fixture(scope="session")
+def visited_on_a_phone(browser, server, book_html):
+    """Every page at 390 px wide (all ``<details>`` opened): the width check, per page."""
+    found = {}
+    for rel in pages_of(book_html):
+        page, _, _ = open_page(browser, f"{server}/{rel}", PHONE)
+        page.evaluate("() => document.querySelectorAll('details').forEach(d => d.open = true)")
+        page.evaluate(MATH_DONE)
+        page.wait_for_timeout(100)
+        found[rel] = page.evaluate(WIDTH_CHECK)
+        page.close()
+    return found
+
+
+def _width_lines(found: dict) -> list[str]:
+    lines = []
+    for rel, w in found.items():
+        for o in w["offenders"]:
+            lines.append(f"{rel}: <{o['element']}> {o['width']} px in a {o['column']} px column, "
+                         f"{o['overhang']} px outside it ({o['text']!r})")
+        if w["page"]:
+            lines.append(f"{rel}: the page scrolls sideways ({w['page']['scrollWidth']} px in {w['page']['viewport']} px)")
+    return lines
+
+
+def test_no_page_scrolls_sideways_on_a_390_px_phone(visited_on_a_phone):
+    """At 390 px nothing sticks out of the column unless it is inside its own scroll box (inline code
+    wraps, tables and code blocks scroll in place), and no page scrolls sideways."""
+    lines = _width_lines(visited_on_a_phone)
+    assert not lines, f"{len(lines)} problem(s) at 390 px:\n" + "\n".join(lines)
+
+
+def test_every_book_table_has_a_caption(visited_on_a_phone, book_html):
+    """Every table the chapters show (polyvox.book.tables) opens with a caption."""
+    lines = []
+    for rel in pages_of(book_html):
+        text = (book_html / rel).read_text()
+        for m in re.finditer(r'<table class="pv-table">(.{0,200})', text, re.S):
+            if not m.group(1).startswith("<caption>"):
+                lines.append(f"{rel}: a table without a caption ({m.group(1)[:80]!r})")
+    assert not lines, "\n".join(lines)
 
 
 def test_no_element_wider_than_the_main_column(visited):

@@ -99,7 +99,7 @@ def test_length_metrics_on_samples():
     assert metrics.cap_hit_rate(["stop", "length", "length", "stop"]) == 0.5
     out = metrics.paired_length_buckets(a, b)
     assert out["both_correct"]["n"] == 2 and out["both_correct"]["ratio_median"] == pytest.approx((7 + 1) / 2)
-    assert out["panel_only"]["n"] == 1 and out["thinking_only"]["n"] == 1 and out["neither"]["n"] == 0
+    assert out["a_only"]["n"] == 1 and out["b_only"]["n"] == 1 and out["neither"]["n"] == 0
     assert out["all_paired"]["n"] == 4
     assert out["both_correct"]["ratio_geomean"] == pytest.approx(math.sqrt(7 * 1))
 

@@ -30,8 +30,10 @@ CASES = [
     (57.03, "pct", "57.0"), (-0.04, "pct", "0.0"), (1.25, "pp", "+1.2"), (-1.26, "pp", f"{M}1.3"), (0, "pp", "0.0"),
     # t and p
     (-3.4149, "t", f"{M}3.41"), (2.0, "t", "2.00"), (-0.001, "t", "0.00"),
-    (0.0123, "p", "0.012"), (0.5, "p", "0.500"), (3.2e-5, "p", f"3.2e{M}05"), (1e-12, "p", f"1.0e{M}12"),
-    (0.0, "p", "0.000"), (1.0, "p", "1.000"), (-2e-5, "p", f"{M}2.0e{M}05"),
+    (0.0123, "p", "0.012"), (0.5, "p", "0.500"), (3.2e-5, "p", "< 0.001"), (1e-12, "p", "< 0.001"),
+    (0.0, "p", "< 0.001"), (0.00099, "p", "< 0.001"), (0.001, "p", "0.001"), (1.0, "p", "1.000"),
+    # tiny magnitudes that are not p values: scientific
+    (3.2e-5, "sci", f"3.2e{M}05"), (-2e-5, "sci", f"{M}2.0e{M}05"), (1.5e-7, "sci", f"1.5e{M}07"),
     # tokens and ratios
     (16384.2, "tokens", "16,384"), (812.5, "tokens", "812"), (2.3149, "ratio", "2.31"), (float("inf"), "ratio", "∞"),
     (float("-inf"), "score", f"{M}∞"),
@@ -151,9 +153,21 @@ def test_names_need_letters_or_digits():
 
 def test_format_value_never_prints_negative_zero_over_a_sweep():
     for kind, k in T.KINDS.items():
-        if k.decimals is None or kind == "p":  # p: tiny values are written in scientific notation on purpose
+        if k.decimals is None or kind in ("p", "sci"):  # p: "< 0.001"; sci: scientific on purpose
             continue
         for v in np.linspace(-10 ** -(k.decimals + 1) * 4.9, 0, 7):
             text = T.format_value(float(v), kind)
             assert not text.startswith(("-", M)), (kind, v, text)
             assert math.isclose(float(text.replace(",", "").replace("+", "") or 0), 0.0, abs_tol=1e-12)
+
+
+def test_show_table_needs_a_caption():
+    with pytest.raises(T.CaptionError, match="'t': a caption is required"):
+        T.show_table(pd.DataFrame({"a": [1]}), "t")
+    with pytest.raises(T.CaptionError):
+        T.show_table(pd.DataFrame({"a": [1]}), "t", caption="  ")
+
+
+def test_the_caption_is_the_tables_first_element():
+    data, _ = T.table_bundle(pd.DataFrame({"a": [1]}), "t", caption="What <it> holds")
+    assert "<table class=\"pv-table\"><caption>What &lt;it&gt; holds</caption><thead>" in data["text/html"]

@@ -166,6 +166,51 @@ def t_interval(x: Sequence[float], level: float = 0.95) -> tuple[float, float, f
     return m, m - h, m + h
 
 
+def seed_bootstrap(groups, combine: Callable | None = None, n_boot: int = 4000, level: float = 0.95,
+                   seed: int = 0) -> tuple[float, float, float]:
+    """Across-seed mean and a percentile bootstrap interval over seeds × problems: the book's across-seed interval.
+
+    ``groups`` holds one entry per seed: an array of per-problem (or per-sample) values, resampled within
+    the seed, or a tuple of such arrays, each resampled on its own, whose resampled means ``combine``
+    turns into the seed's value (e.g. ``lambda start, end: end - start`` for a gain between two
+    evaluations of one seed). Each replicate draws seeds with replacement and, inside every drawn seed,
+    its values with replacement, and averages the drawn seeds' values. Every replicate is an average of
+    values the quantity can take, so the interval lies within the quantity's range by construction: an
+    accuracy difference's interval never leaves [−1, 1] (a t-interval over three seeds can). With few
+    seeds the interval is coarse rather than exact. Returns (mean over seeds of the seed's value on its
+    own data, low, high).
+    """
+    parts = [tuple(np.atleast_1d(np.asarray(a, dtype=np.float64)) for a in (g if isinstance(g, tuple) else (g,)))
+             for g in groups]
+    if not parts or any(len(a) == 0 for p in parts for a in p):
+        raise ValueError("seed_bootstrap: need at least one seed, each with at least one value")
+    if len({len(p) for p in parts}) != 1:
+        raise ValueError("seed_bootstrap: every seed needs the same number of arrays")
+    fn = combine if combine is not None else (lambda *means: means[0])
+    k = len(parts)
+    rng = np.random.default_rng(seed)
+    inner = np.empty((k, n_boot, k))  # (seed, replicate, slot): a seed drawn twice is resampled twice
+    for s, arrays in enumerate(parts):
+        for j in range(k):
+            means = [a[rng.integers(0, len(a), size=(n_boot, len(a)))].mean(axis=1) if len(a) > 1
+                     else np.full(n_boot, a[0]) for a in arrays]
+            inner[s, :, j] = fn(*means)
+    pick = rng.integers(0, k, size=(n_boot, k))
+    stats = inner[pick, np.arange(n_boot)[:, None], np.arange(k)[None, :]].mean(axis=1)
+    lo, hi = np.quantile(stats, [(1 - level) / 2, (1 + level) / 2])
+    point = float(np.mean([fn(*[np.float64(a.mean()) for a in arrays]) for arrays in parts]))
+    return point, float(lo), float(hi)
+
+
+def outcomes_of(rate: float, n: int) -> np.ndarray:
+    """``n`` 0/1 outcomes with ``round(rate · n)`` ones: a logged accuracy as the samples behind it, for
+    :func:`seed_bootstrap` where only a rate and its sample count were recorded."""
+    c = int(round(rate * n))
+    if not 0 <= c <= n:
+        raise ValueError(f"outcomes_of: rate {rate} is not a share of {n} samples")
+    return np.r_[np.ones(c), np.zeros(n - c)]
+
+
 def passk_crossover_table(n_a, c_a, n_b, c_b, ks: Sequence[int]) -> list[dict]:
     """Rows of (k, pass@k for a and b, paired difference) as in the published tables."""
     rows = []
@@ -182,7 +227,7 @@ def passk_crossover_table(n_a, c_a, n_b, c_b, ks: Sequence[int]) -> list[dict]:
 
 # ---------------------------------------------------------------- lengths on runs
 
-LENGTH_BUCKETS = ("both_correct", "panel_only", "thinking_only", "neither", "all_paired")
+PAIR_BUCKETS = ("both_correct", "a_only", "b_only", "neither", "all_paired")
 
 
 def tokens_per_correct(completion_tokens: Sequence[int], correct: Sequence[bool]) -> float:
@@ -198,28 +243,32 @@ def cap_hit_rate(finish_reasons: Sequence[str]) -> float:
 
 
 def paired_length_buckets(a, b) -> dict:
-    """The published token summary's buckets, from per-sample records of two systems.
+    """Completion lengths of two systems on paired samples, by which of the two was correct.
 
-    a, b: DataFrames with problem_id, sample_index, completion_tokens, correct. Pairs
-    are (a's sample i, b's sample i) on the same problem, i below both systems'
-    sample counts there, as the study paired them. Ratios are b ÷ a tokens.
+    a, b: DataFrames with problem_id, sample_index, completion_tokens, correct. Pairs are (a's sample
+    i, b's sample i) on the same problem, i below both systems' sample counts there. Buckets
+    (``PAIR_BUCKETS``): both_correct, a_only, b_only, neither, all_paired; each with n, the median
+    tokens of a and b, the median and geometric mean of the ratio b ÷ a within a pair, and the share of
+    pairs where b is longer; plus a Wilcoxon signed-rank test of b − a on both-correct pairs. A study
+    names the buckets its own way (the panel study's: ``polyvox.studies.panel.analysis``).
     """
     from scipy.stats import wilcoxon
 
     m = a.merge(b, on=["problem_id", "sample_index"], suffixes=("_a", "_b"))
     out = {}
-    masks = {"both_correct": m.correct_a & m.correct_b, "panel_only": m.correct_a & ~m.correct_b,
-             "thinking_only": ~m.correct_a & m.correct_b, "neither": ~m.correct_a & ~m.correct_b,
+    masks = {"both_correct": m.correct_a & m.correct_b, "a_only": m.correct_a & ~m.correct_b,
+             "b_only": ~m.correct_a & m.correct_b, "neither": ~m.correct_a & ~m.correct_b,
              "all_paired": np.ones(len(m), dtype=bool)}
     for name, mask in masks.items():
         sub = m[np.asarray(mask)]
         ta, tb = sub.completion_tokens_a.to_numpy(float), sub.completion_tokens_b.to_numpy(float)
         ratio = tb / np.maximum(ta, 1)
-        out[name] = {"n": int(len(sub)), "panel_tokens_median": float(np.median(ta)) if len(sub) else float("nan"),
-                     "think_tokens_median": float(np.median(tb)) if len(sub) else float("nan"),
-                     "ratio_median": float(np.median(ratio)) if len(sub) else float("nan"),
-                     "ratio_geomean": float(np.exp(np.mean(np.log(ratio)))) if len(sub) else float("nan"),
-                     "thinking_longer_frac": float(np.mean(tb > ta)) if len(sub) else float("nan")}
+        some = len(sub) > 0
+        out[name] = {"n": int(len(sub)), "a_tokens_median": float(np.median(ta)) if some else float("nan"),
+                     "b_tokens_median": float(np.median(tb)) if some else float("nan"),
+                     "ratio_median": float(np.median(ratio)) if some else float("nan"),
+                     "ratio_geomean": float(np.exp(np.mean(np.log(ratio)))) if some else float("nan"),
+                     "b_longer_frac": float(np.mean(tb > ta)) if some else float("nan")}
     both = m[np.asarray(masks["both_correct"])]
     diff = both.completion_tokens_b.to_numpy(float) - both.completion_tokens_a.to_numpy(float)
     if np.count_nonzero(diff) >= 1:

@@ -67,94 +67,53 @@ def _num(d: float) -> str:
 
 
 def _panel(root: Path) -> list[Finding]:
-    from .. import metrics
-    from ..studies.panel import published as P
+    from ..studies.panel import analysis as A, published as P
 
     data = root / "data"
     out = []
-    benches = {"math_l5": "MATH-500 level 5", "aime": "AIME 2024 + 2025 (first 10 each)"}
-    counts = {(b, s): P.eval_counts(data, b, s) for b in benches for s in ("panel", "thinking")}
-    for b, name in benches.items():
-        diffs, acc = [], {}
-        for s in ("panel", "thinking"):
-            df = counts[(b, s)]
-            n, c = int(df.n_samples.sum()), int(df.n_correct.sum())
-            lo, hi = metrics.wilson_interval(c, n)
-            summ = df.attrs["summary"]
-            diffs += [c / n - summ["avg_hit_rate"], lo - summ["wilson_ci95"][0], hi - summ["wilson_ci95"][1]]
-            acc[s] = c / n
-        out.append(_compare(f"Per-sample accuracy on {name}: panel {100 * acc['panel']:.1f}% vs thinking model "
-                            f"{100 * acc['thinking']:.1f}%", "book/panel/accuracy", diffs,
+    counts = {(b, s): P.eval_counts(data, b, s) for b in A.BENCHES for s in A.SYSTEMS}
+    acc = A.accuracy_table(counts).set_index(["benchmark", "system"])
+    for b, name in A.BENCHES.items():
+        rows = acc.loc[name]
+        out.append(_compare(f"Per-sample accuracy on {name}: panel {100 * rows.loc['panel', 'accuracy']:.1f}% vs thinking "
+                            f"model {100 * rows.loc['thinking', 'accuracy']:.1f}%", "book/panel/accuracy",
+                            rows[["accuracy Δ", "Wilson low Δ", "Wilson high Δ"]].to_numpy().ravel(),
                             "accuracy and Wilson bounds recomputed from per-problem counts"))
-    tables = P.passk_tables(data)
-    sources = {"math50": {s: P.stratified50_counts(data, s) for s in ("panel", "thinking")},
-               **{b: {s: counts[(b, s)] for s in ("panel", "thinking")} for b in benches}}
-    diffs, rows = [], 0
-    for key, pub_rows in tables.items():
-        m = sources[key]["panel"].merge(sources[key]["thinking"], on="id", suffixes=("_p", "_t"))
-        rec = pd.DataFrame(metrics.passk_crossover_table(m.n_samples_p, m.n_correct_p, m.n_samples_t, m.n_correct_t,
-                                                         [r["k"] for r in pub_rows]))
-        pub = pd.DataFrame(pub_rows)
-        for a, b in (("a_pass_at_k", "panel_pass_at_k"), ("b_pass_at_k", "thinking_pass_at_k"),
-                     ("delta_mean", "delta_mean"), ("delta_se", "delta_se"), ("t", "t")):
-            diffs += list(rec[a].to_numpy() - pub[b].to_numpy())
-        rows += len(pub_rows)
-    out.append(_compare(f"The published pass@k tables ({len(tables)} tables, {rows} rows: pass@k of both systems, "
-                        "paired difference, se, t)", "book/panel/accuracy", diffs, "recomputed from per-problem counts"))
-    diffs = []
-    for key in ("math50", "aime"):
-        df = P.dispersion(data, key)
-        summary, labels = df.attrs["summary"], P.DISPERSION_LABELS[key]
-        p = df[df.label == labels["panel"]].set_index("uid")["mean_pairwise_dist"]
-        t = df[df.label == labels["thinking"]].set_index("uid")["mean_pairwise_dist"]
-        p, t = p.align(t, join="inner")
-        d = metrics.paired_difference(p, t)
-        pair = summary["paired"][f"{labels['panel']}_minus_{labels['thinking']}"]
-        diffs += [p.mean() - summary["by_variant"][labels["panel"]]["mean_pairwise_dist_mean"],
-                  t.mean() - summary["by_variant"][labels["thinking"]]["mean_pairwise_dist_mean"],
-                  d.mean - pair["mean_pairwise_dist_delta_mean"], d.t - pair["mean_pairwise_dist_t"]]
+    compared = A.passk_compare(data, counts)
+    diffs = [t[f"{v} Δ"].to_numpy() for t in compared.values() for v in A.PASSK_VALUES]
+    rows = sum(len(t) for t in compared.values())
+    out.append(_compare(f"The published pass@k tables ({len(compared)} tables, {rows} rows: pass@k of both systems, "
+                        "paired difference, se, t)", "book/panel/accuracy", np.concatenate(diffs),
+                        "recomputed from per-problem counts"))
+    disp, _ = A.dispersion_compare(data)
     out.append(_compare("Per-problem embedding dispersion summary (means, paired difference, t; MATH slice and AIME)",
-                        "book/panel/dispersion", diffs, "recomputed from the published per-problem values"))
+                        "book/panel/dispersion",
+                        disp[[f"{v} Δ" for v in ("panel mean", "thinking mean", "delta mean", "t")]].to_numpy().ravel(),
+                        "recomputed from the published per-problem values"))
     tok = P.token_efficiency(data)
-    diffs, ratio = [], {}
-    for key in ("math", "aime"):
-        t = tok[key]
-        allp = t["buckets"]["all_paired"]
-        for s, tcol, ccol in (("panel", "panel_tokens_mean", "panel_correct_count"),
-                              ("thinking", "think_tokens_mean", "thinking_correct_count")):
-            diffs.append(allp[tcol] * allp["n"] / t[ccol] - t["cost_per_correct"][f"{s}_tokens_per_correct"])
-        ratio[key] = (t["cost_per_correct"]["thinking_tokens_per_correct"]
-                      / t["cost_per_correct"]["panel_tokens_per_correct"])
-    d = float(np.max(np.abs(diffs)))
+    d = float(np.max(np.abs(A.token_consistency(tok)["tokens per correct Δ"])))
+    ratio = {k: tok[k]["cost_per_correct"]["thinking_tokens_per_correct"] / tok[k]["cost_per_correct"]["panel_tokens_per_correct"]
+             for k in A.TOKEN_BENCHES}
     out.append(Finding("panel", f"Tokens per correct sampled answer: thinking model {ratio['math']:.2f}× the panel's "
                        f"(MATH-500 L5), {ratio['aime']:.2f}× (AIME)", "published only",
                        "per-sample token counts were not released; the summary is internally consistent "
                        f"(largest |Δ| = {_num(d)} tokens, tolerance {TOL:g})" if d <= TOL else
                        f"per-sample token counts were not released; the summary is **not** internally consistent "
                        f"(largest |Δ| = {_num(d)} tokens)", "book/panel/length"))
-    diffs, vb = [], {}
-    for a in ("panel", "thinking"):
-        df = P.band_records(data, a)
-        band = pd.Series(metrics.variance_band(df.n_correct.to_numpy(), 8)).value_counts()
-        pub = df.attrs["summary"]["bands"]
-        diffs += [int(band.get(b, 0)) - int(pub.get(b, 0)) for b in metrics.BANDS]
-        vb[a] = int(band.get("variance_band", 0))
+    bands = A.band_counts(A.band_records(data))
+    vb = bands[bands.band == "variance_band"].set_index("arm")["problems (recomputed)"]
     out.append(_compare(f"Variance-band sizes on the olympiad pool: panel {vb['panel']}, thinking model {vb['thinking']}",
-                        "book/panel/variance_band", diffs, "recomputed from per-problem counts (G = 8)", tol=0,
-                        unit=" problems"))
-    traj = P.heldout_trajectory(data)
-    sizes = P.heldout_sources(data)
-    rec = (traj[list(sizes.index)] * sizes).sum(axis=1) / sizes.sum()
-    head = traj.attrs["summary"]["headline"]
+                        "book/panel/variance_band", bands["problems Δ"], "recomputed from per-problem counts (G = 8)",
+                        tol=0, unit=" problems"))
+    traj, _ = A.heldout_overall(data)
+    rec = traj["heldout_mean (recomputed)"]
     gain = 100 * (rec.iloc[-1] - rec.iloc[0])
-    pub_gain = head["heldout_absolute_gain_pp"]
+    pub_gain = traj.attrs["summary"]["headline"]["heldout_absolute_gain_pp"]
     decimals = len(str(pub_gain).split(".")[1]) if "." in str(pub_gain) else 0
-    tol_pp = 0.5 * 10 ** -decimals
-    f = _compare(f"RL on the panel's band: held-out accuracy {100 * rec.iloc[0]:.0f}% → {100 * rec.iloc[-1]:.0f}% "
-                 f"({gain:+.1f} points; one run, one seed)", "book/panel/variance_band",
-                 [gain - pub_gain], f"gain recomputed from the per-source trajectory (published to {decimals} "
-                 "decimal(s))", tol=tol_pp, unit=" points")
-    out.append(f)
+    out.append(_compare(f"RL on the panel's band: held-out accuracy {100 * rec.iloc[0]:.0f}% → {100 * rec.iloc[-1]:.0f}% "
+                        f"({gain:+.1f} points; one run, one seed)", "book/panel/variance_band",
+                        [gain - pub_gain], f"gain recomputed from the per-source trajectory (published to {decimals} "
+                        "decimal(s))", tol=0.5 * 10 ** -decimals, unit=" points"))
     return out
 
 
@@ -234,58 +193,118 @@ def _collab(root: Path) -> list[Finding]:
     t = A.paired(sc, "cl", best)
     out.append(Finding("collab", "A collaborating pool beats a single model", "miniature only",
                        f"CL against the most accurate single agent (`{best}`): {t['diff (points)']:+.1f} points at "
-                       f"{t['cost ratio A/B']:.2f}× the weighted cost, exact McNemar p = {t['p']:.3f} at α = "
+                       f"{t['cost ratio A/B']:.2f}× the weighted cost, exact McNemar {A.p_text(t['p'])} at α = "
                        f"{A.ALPHA}: {t['verdict']}", "book/collab/miniature"))
     return out
 
 
-def _side(lo: float, hi: float, up: str, down: str, neither: str) -> str:
-    return up if lo > 0 else down if hi < 0 else neither
-
-
 def _world(root: Path) -> list[Finding]:
-    """Part IV's two comparisons, from the recorded runs: the systems at each seed's largest cap, and
-    the hill-climb gain per arm; intervals are t-intervals across RL seeds (the chapter's rule)."""
-    from .. import metrics, runs
-    from ..records import read_jsonl
+    """Part IV's two comparisons, from the recorded runs, by the chapter's functions: think − panel at each
+    seed's largest cap, and the hill-climb gain per arm with the chapter's collapse rule; intervals are the
+    chapter's across-seed percentile bootstrap (over seeds × problems, or × held-out samples), so they stay
+    inside [−100, +100] points."""
+    from ..studies.world import analysis as W
 
     w = root / "data" / "runs" / "world"
-    seeds = sorted(int(d.name.split("-")[1]) for d in w.glob("seed-*"))
-    diffs, caps = [], set()
-    for k in seeds:
-        cap = max(int(d.name.split("-")[1]) for d in (w / f"seed-{k}" / "eval").glob("cap-*"))
-        caps.add(cap)
-        acc = {sy: runs.graded_samples(w / f"seed-{k}" / "eval" / f"cap-{cap}" / sy).groupby("problem_id").correct.mean()
-               for sy in ("tiny-panel", "tiny-think")}
-        diffs.append(float((acc["tiny-think"] - acc["tiny-panel"]).dropna().mean()))
-    m, lo, hi = metrics.t_interval(diffs)
+    seeds = W.seeds(w)
+    caps = {W.caps(w, k)[-1] for k in seeds}
+    if len(caps) != 1:
+        raise ValueError(f"the seeds' largest caps differ ({sorted(caps)})")
+    cap = caps.pop()
+    per_seed, (m, lo, hi) = W.think_minus_panel(w, seeds, cap)
     out = [Finding("world", "The panel format against a thinking model under matched training (the study's "
                    "comparison confounded format with post-training)", "miniature only",
-                   f"at the largest cap ({'/'.join(map(str, sorted(caps)))} tokens), think − panel {100 * m:+.1f} points "
-                   f"(95% t-interval over {len(seeds)} seeds {100 * lo:+.1f} to {100 * hi:+.1f}; per seed "
-                   + ", ".join(f"{100 * d:+.1f}" for d in diffs) + "): "
-                   + _side(lo, hi, "tiny-think higher", "tiny-panel higher", "no difference distinguishable across seeds"),
+                   f"at the largest cap ({cap} tokens), think − panel {W.points(m, lo, hi)} over {len(seeds)} seeds "
+                   f"({W.ACROSS}; per seed " + ", ".join(f"{100 * d:+.1f}" for d in per_seed["think − panel"]) + "): "
+                   + W.sign_verdict(lo, hi, "tiny-think higher", "tiny-panel higher",
+                                    "no difference distinguishable across seeds"),
                    "book/world/replication")]
+    climb = W.hillclimb(w, seeds)
     parts = []
-    for arm in ("panel", "think"):
-        gains, collapsed = [], 0
-        for k in seeds:
-            traj = [r for r in read_jsonl(w / f"seed-{k}" / f"hillclimb-{arm}" / "heldout_trajectory.jsonl") if "note" not in r]
-            log = [r for r in read_jsonl(w / f"seed-{k}" / f"hillclimb-{arm}" / "train_log.jsonl") if "note" not in r]
-            gains.append(traj[-1]["heldout_mean"] - traj[0]["heldout_mean"])
-            collapsed += len(log) >= 3 and all(r.get("format_valid") == 0 for r in log[-3:])
-        gm, glo, ghi = metrics.t_interval(gains)
-        parts.append(f"{'thinking' if arm == 'think' else 'panel'} arm {100 * gm:+.1f} points (95% t-interval "
-                     f"{100 * glo:+.1f} to {100 * ghi:+.1f}): " + _side(glo, ghi, "a gain", "a loss", "no clear change")
-                     + (f", {collapsed} of {len(seeds)} runs collapsed" if collapsed else ""))
+    for arm, name in W.ARMS.items():
+        gm, glo, ghi = climb["gain"][arm]
+        n_collapsed = sum(a == arm for a, _ in climb["collapsed"])
+        parts.append(f"{name} arm {W.points(gm, glo, ghi)}: " + W.sign_verdict(glo, ghi, "a gain", "a loss", "no clear change")
+                     + (f", {n_collapsed} of {len(seeds)} runs collapsed" if n_collapsed else ""))
     out.append(Finding("world", "RL on each arm's own variance band (the study ran the panel arm only)", "miniature only",
-                       "held-out gain over " + f"{len(seeds)} seeds: " + "; ".join(parts), "book/world/replication"))
+                       f"held-out gain over {len(seeds)} seeds ({W.ACROSS_SAMPLES}): " + "; ".join(parts),
+                       "book/world/replication"))
     return out
 
 
+class FindingList(list):
+    """The findings, and the overview of the studies (Markdown) that opens the summary."""
+
+    overview: str = ""
+
+
+# The studies as published (title, authors or organisation, identifier, link); the date or commit each was
+# read at comes from the records (corrections, transcription date, audited commit).
+PUBLISHED = {
+    "panel": ("the repository [`scasella/multi-model`](https://github.com/scasella/multi-model) (MIT) by scasella, "
+              "with the adapter [`scasella91/qwen3-30b-a3b-multipersona-debate-lora`]"
+              "(https://huggingface.co/scasella91/qwen3-30b-a3b-multipersona-debate-lora) on Hugging Face and the "
+              "write-ups [*multi-persona panel*](https://casella.dev/blog_multipersona.html) and "
+              "[*its RL follow-up*](https://casella.dev/blog_multipersona_rl.html)"),
+    "personas": ("[*persona-basis — run21 test-evaluation bundle (forward vs reverse KL comparison)*]"
+                 "(https://huggingface.co/datasets/andre930/persona-basis-run21-test-eval), a Hugging Face dataset by "
+                 "andre930 (`andre930/persona-basis-run21-test-eval`, shared privately)"),
+    "collab": ("*Reasoning across Sliced Models via Collaborative Learning* by SJTUFreshman: the model repository "
+               "[`SJTUFreshman/collaborativelearning`](https://huggingface.co/SJTUFreshman/collaborativelearning) on "
+               "Hugging Face and its [companion code repository](https://github.com/SJTUFreshman/tmp_x7k9p4r2d8m5c)"),
+}
+
+
+def overview(root: Path) -> str:
+    """The three studies as published, with the numbers of each description read from records and configs."""
+    import yaml
+
+    from ..studies.panel import published as P
+    from ..studies.world import analysis as W
+    from .render import load_corrections
+
+    data = root / "data"
+    rank = P.heldout_trajectory(data).attrs["summary"]["config"]["lora_rank"]
+    panel_dates = sorted({c["date"] for c in load_corrections(root) if "/panel/" in " ".join(c["chapters"])})
+    personas_read = yaml.safe_load((data / "personas" / "run21_published.yaml").read_text())["source"]["transcribed"]
+    commit = json.loads((data / "collab" / "study_audit.json").read_text())["provenance"]["commit"]
+    cl_weights = json.loads((data / "collab" / "published.json").read_text())["claims"]["cost_weights"]
+    world = data / "runs" / "world"
+    seeds = W.seeds(world)
+    caps = W.caps(world, W.sweep_seed({k: W.caps(world, k) for k in seeds}))
+    params = json.loads((data / "models" / "tiny-base" / "card.json").read_text())["parameters"]
+    rl = W.manifest(world / f"seed-{seeds[0]}" / "panel-rl")["config"]
+    return "\n".join([
+        "The book studies three published systems:", "",
+        f"1. **A panel of experts trained by RL** (Part I): {PUBLISHED['panel']}"
+        + (f" (README as corrected on {panel_dates[-1]})" if panel_dates else "")
+        + f". A rank-{rank} LoRA on Qwen3-30B-A3B-Base, trained by reinforcement learning only (a GSM8K stage, then "
+        "MATH) to answer as a debate between named experts inside `<mutipersonaDebate>…</mutipersonaDebate>` followed "
+        "by `<answer>…</answer>`, compared with Qwen3-30B-A3B in thinking mode. Chapters: accuracy and pass@k, "
+        "completion length, embedding dispersion, the variance band and the RL follow-up, and a rollout explorer.",
+        f"2. **Persona LoRA heads mixed by a router and judged pairwise** (Part II): {PUBLISHED['personas']}, its README "
+        f"as read on {personas_read}. Four LoRA heads distilled from a persona-prompted teacher, mixed exactly by rank "
+        "concatenation, picked by a router and judged pairwise in both orders; the study's published tables beside a "
+        "miniature that answers the question it left open, forward against reverse KL.",
+        f"3. **Sliced models collaborating by hand-offs** (Part III): {PUBLISHED['collab']}, read at commit "
+        f"`{commit[:7]}`. A pool of models ({', '.join(sorted(cl_weights, key=cl_weights.get)[:-1])}) passes a task "
+        "state by hand-offs; the study's published table, a miniature with accuracy *and* cost against every "
+        "baseline, and an audit of which answer its headline scores.", "",
+        "Part IV, **a miniature replication**, runs the whole panel study — pretraining a base model, RL into the panel "
+        "format, the thinking comparison, variance bands, RL on the band for *both* arms — on "
+        f"{params / 1e6:.1f}-million-parameter models this project trains on arithmetic word problems it generates, "
+        f"with the same library code, {len(seeds)} RL seeds (rank-{rl['lora_rank']} LoRA, as the study's) and a "
+        f"token-cap sweep ({', '.join(map(str, caps))} tokens), and reads the recorded runs.", ""])
+
+
 def findings(root: Path) -> list[Finding]:
-    """Every finding, Part I to IV; a part whose records cannot be read gives one 'not computed' line."""
-    out: list[Finding] = []
+    """Every finding, Part I to IV; a part whose records cannot be read gives one 'not computed' line. The
+    list carries the studies' overview (``overview``; a line saying why, if it cannot be computed)."""
+    out: list[Finding] = FindingList()
+    try:
+        out.overview = overview(root)
+    except Exception as exc:  # noqa: BLE001 - the page says what failed, the build goes on
+        out.overview = f"*The overview of the studies could not be computed: {type(exc).__name__}: {exc}*\n"
     for study, fn, chapter in (("panel", _panel, "book/panel/accuracy"), ("panel", _withdrawn, "book/corrections"),
                                ("personas", _personas, "book/personas/persona_basis"),
                                ("collab", _collab, "book/collab/miniature"), ("world", _world, "book/world/replication")):
@@ -303,7 +322,9 @@ def _cell(text: str) -> str:
 
 def findings_markdown(items: list[Finding]) -> str:
     """The summary: one table per study, claim / status / what the records say / chapter."""
-    lines = ["Each claim of each study and what the records say about it, computed when this page was built. "
+    lines = ([getattr(items, "overview", "")] if getattr(items, "overview", "") else []) + [
+             "## What was found", "",
+             "Each claim of each study and what the records say about it, computed when this page was built. "
              f"**Reproduced** means every recomputed value is within the stated tolerance of the published one (the "
              f"chapters' print precision, |Δ| ≤ {TOL:g}, unless stated); **withdrawn** claims are from "
              "{doc}`the authors' corrections </book/corrections>`.", ""]

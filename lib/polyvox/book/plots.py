@@ -90,6 +90,97 @@ def band(ax, x, mean, lo, hi, label: str, system: str) -> None:
     ax.fill_between(x, lo, hi, color=colour(system), alpha=0.15, linewidth=0)
 
 
+def seed_lines(ax, curves: dict, colour: str, label: str):
+    """One thin line per seed (``curves``: seed -> Series indexed by step) and their mean, thick, on the
+    steps all seeds share; returns the mean."""
+    import pandas as pd
+
+    for c in curves.values():
+        ax.plot(c.index, c.to_numpy(), color=colour, lw=0.8, alpha=0.5)
+    mean = pd.concat(curves, axis=1).dropna().mean(axis=1)
+    ax.plot(mean.index, mean.to_numpy(), color=colour, lw=2.5, marker="o", ms=3, label=f"{label} (mean of {len(curves)})")
+    return mean
+
+
+def label_points(ax, xs, ys, labels, fontsize: float = 8, pad_px: float = 2.0, lows=None, highs=None,
+                 avoid=()) -> list:
+    """Labels beside scatter points, placed so that no two overlap and none covers a point or an error bar.
+
+    Each label tries positions around its point (right, left, above, below, then further out) and
+    takes the first whose box, measured after drawing, overlaps no label placed before, no other
+    point, no vertical error bar (``lows``/``highs``: the bars' ends, in data units) and no line in
+    ``avoid`` (Line2D artists, such as a frontier drawn through the points); a label set
+    away from its point gets a thin leader line. Returns the text artists.
+    """
+    from matplotlib.transforms import Bbox
+
+    xs, ys = np.asarray(xs, float), np.asarray(ys, float)
+    fig = ax.figure
+    fig.canvas.draw()  # settle the layout first: positions are measured in display pixels
+    renderer = fig.canvas.get_renderer()
+    pts = ax.transData.transform(np.c_[xs, ys])  # display pixels
+    offsets = [(6, 0, "left", "center"), (-6, 0, "right", "center"), (0, 7, "center", "bottom"),
+               (0, -7, "center", "top")]
+    offsets += [(dx * k, dy * k, ha, va) for k in (2, 3, 4, 5) for dx, dy, ha, va in
+                ((6, 8, "left", "bottom"), (6, -8, "left", "top"), (-6, 8, "right", "bottom"), (-6, -8, "right", "top"),
+                 (0, 9, "center", "bottom"), (0, -9, "center", "top"))]
+    bars = []
+    if lows is not None and highs is not None:
+        for x, lo, hi in zip(xs, np.asarray(lows, float), np.asarray(highs, float)):
+            (x0, y0), (_, y1) = ax.transData.transform([(x, lo), (x, hi)])
+            bars.append(Bbox([[x0 - 3, y0], [x0 + 3, y1]]))
+    for line in avoid:  # a line as a chain of small boxes along its drawn path
+        path = line.get_transform().transform(line.get_path().vertices)
+        for (x0, y0), (x1, y1) in zip(path[:-1], path[1:]):
+            steps = max(1, int(np.hypot(x1 - x0, y1 - y0) // 3))
+            for f in np.linspace(0, 1, steps + 1):
+                x, y = x0 + f * (x1 - x0), y0 + f * (y1 - y0)
+                bars.append(Bbox([[x - 1, y - 1], [x + 1, y + 1]]))
+    placed, texts = [], []
+    order = np.argsort(-pts[:, 1])
+    for i in order:
+        choice = None
+        for dx, dy, ha, va in offsets:
+            t = ax.annotate(labels[i], (xs[i], ys[i]), xytext=(dx, dy), textcoords="offset points", ha=ha, va=va,
+                            fontsize=fontsize)
+            box = t.get_window_extent(renderer).expanded(1, 1).padded(pad_px)
+            hits_label = any(box.overlaps(b) for b in placed)
+            hits_point = any(box.contains(*pts[j]) for j in range(len(xs)) if j != i) or \
+                any(box.overlaps(b) for b in bars)
+            inside = ax.bbox.contains(box.x0, box.y0) and ax.bbox.contains(box.x1, box.y1)
+            if not hits_label and not hits_point and inside:
+                choice = (t, box, abs(dx) > 6 or abs(dy) > 9)
+                break
+            t.remove()
+        if choice is None:  # nowhere free: the last candidate, with a leader, rather than no label
+            dx, dy, ha, va = offsets[-1]
+            t = ax.annotate(labels[i], (xs[i], ys[i]), xytext=(dx, dy), textcoords="offset points", ha=ha, va=va,
+                            fontsize=fontsize)
+            choice = (t, t.get_window_extent(renderer).padded(pad_px), True)
+        t, box, far = choice
+        if far:
+            ax.annotate("", (xs[i], ys[i]), xytext=t.get_position(), textcoords="offset points",
+                        arrowprops=dict(arrowstyle="-", lw=0.5, color="#6b7280", shrinkA=0, shrinkB=3))
+        placed.append(box)
+        texts.append(t)
+    return texts
+
+
+def labels_overlap(fig) -> list[tuple[str, str]]:
+    """Pairs of text labels (annotations) of a figure's axes whose drawn boxes overlap: empty for a
+    readable figure (used by the tests and available to any chapter)."""
+    renderer = fig.canvas.get_renderer()
+    out = []
+    for ax in fig.axes:
+        texts = [t for t in ax.texts if t.get_text().strip()]
+        boxes = [t.get_window_extent(renderer) for t in texts]
+        for a in range(len(texts)):
+            for b in range(a + 1, len(texts)):
+                if boxes[a].overlaps(boxes[b]):
+                    out.append((texts[a].get_text(), texts[b].get_text()))
+    return out
+
+
 class FigureError(ValueError):
     pass
 

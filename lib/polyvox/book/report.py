@@ -35,3 +35,10 @@ def md(text: str) -> None:
 
 def pct(x: float, digits: int = 1) -> str:
     return f"{100 * x:.{digits}f}%"
+
+
+def p_text(p: float, name: str = "p") -> str:
+    """A p value as prose writes it: ``p < 0.001`` below 0.001, else three decimals (``p = 0.012``)."""
+    if p != p:  # nan
+        return f"{name} not computed"
+    return f"{name} < 0.001" if p < 0.001 else f"{name} = {p:.3f}"

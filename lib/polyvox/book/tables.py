@@ -23,7 +23,8 @@ rate_δ   signed differences of rates (kind "rate_delta")  +0.325
 pct      percentages                                     57.0
 pp       signed percentage-point differences             +1.2
 t        t statistics                                    -3.41
-p        p values (scientific below 0.001)               0.012, 3.2e-05
+p        p values (``< 0.001`` below 0.001)               0.012, < 0.001
+sci      tiny magnitudes (scientific notation)           3.2e−05
 tokens   token counts and means (whole tokens)           16,384
 ratio    ratios                                          2.31
 score    other reals                                     0.123
@@ -69,6 +70,7 @@ KINDS: dict[str, Kind] = {
     "pp": Kind(1, signed=True, unit="pp"),
     "t": Kind(2),
     "p": Kind(3),
+    "sci": Kind(1),
     "tokens": Kind(0, thousands=True, unit="tokens"),
     "ratio": Kind(2, unit="×"),
     "score": Kind(3),
@@ -103,7 +105,9 @@ def format_value(x, kind: str) -> str:
         return str(x)  # a label in a numeric column (e.g. "not checkable") is shown as written
     if math.isinf(v):
         return ("" if v > 0 else MINUS) + "∞"
-    if kind == "p" and 0 < abs(v) < 10 ** -k.decimals:
+    if kind == "p" and 0 <= v < 10 ** -k.decimals:
+        return "< 0.001"  # a p value is never printed as 0.000 or in scientific notation
+    if kind == "sci":
         mant, exp = f"{v:.1e}".split("e")
         return f"{mant.replace('-', MINUS)}e{MINUS if int(exp) < 0 else ''}{abs(int(exp)):02d}"
     rounded = round(v, k.decimals)
@@ -284,15 +288,23 @@ def table_bundle(df: pd.DataFrame, name: str, kinds: dict[str, str] | None = Non
     return data, {"polyvox": {"table": slug, "wide": is_wide}}
 
 
+class CaptionError(ValueError):
+    pass
+
+
 def show_table(df: pd.DataFrame, name: str, kinds: dict[str, str] | None = None, caption: str | None = None,
                units: bool = True, wide: bool | None = None) -> None:
     """Display ``df`` in the book's table style, downloadable as ``<name>.csv`` in the built book.
 
     kinds: column name or glob pattern -> kind (see ``KINDS``); columns not named are
-    inferred (integral numbers -> int, other reals -> score, text). wide: force the
-    full-width placement (default: when the estimated width exceeds the text column).
+    inferred (integral numbers -> int, other reals -> score, text). caption: required — every book
+    table says what it holds (``CaptionError`` otherwise). wide: force the full-width placement
+    (default: when the estimated width exceeds the text column).
     """
     from IPython.display import display
+
+    if not caption or not caption.strip():
+        raise CaptionError(f"table {name!r}: a caption is required (what the table holds, in a sentence)")
 
     data, metadata = table_bundle(df, name, kinds, caption, units, wide)
     display(data, raw=True, metadata=metadata)

@@ -342,3 +342,16 @@ def provenance(eval_dir: str | Path, full: bool) -> pd.DataFrame:
                      "torch": torch_v, "transformers": v.get("transformers"), "python": v.get("python"),
                      "platform": v.get("platform"), "weights": w.get(d.name, "?")})
     return pd.DataFrame(rows)
+
+
+def p_text(p: float) -> str:
+    """``p < 0.001`` below 0.001, else ``p = 0.012``."""
+    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+
+
+def paired_sentence(sc: dict[str, pd.DataFrame], a: str, b: str, alpha: float = ALPHA) -> str:
+    """:func:`paired` as the chapter says it: difference, cost ratio, discordant questions, exact McNemar
+    p and the verdict."""
+    t = paired(sc, a, b, alpha)
+    return (f"{t['diff (points)']:+.1f} points at {t['cost ratio A/B']:.2f}× the cost; discordant questions "
+            f"{t['a_only']} / {t['b_only']}, exact McNemar {p_text(t['p'])}: {t['verdict']}")

@@ -211,3 +211,154 @@ def verdict(wr, lo, hi, tolerance: float, decisive=None, seeds=None) -> tuple[st
         return "forward", f"forward KL better: {every} below 50%, mean {100 * mean:.1f}% for reverse{note}"
     return "mixed", (f"no consistent winner: mean {100 * mean:.1f}%, seeds from {100 * wr.min():.1f}% to "
                      f"{100 * wr.max():.1f}% (tolerance {tol}){note}")
+
+
+# ---------------------------------------------------------------- what the chapter reads per comparison
+
+def tally_index(tallies: list[dict]) -> dict[tuple[str, str], dict]:
+    """The run's ``tallies.json`` keyed by (heads, comparison): ``"forward-s0: router_head vs base"`` →
+    ``("forward-s0", "router_head vs base")``."""
+    return {tuple(t["name"].split(": ", 1)): t for t in tallies}
+
+
+def seed_stats(run: str | Path, arm: str, comparison: str, seeds, judge_, n_boot: int) -> list[dict]:
+    """Per seed, a comparison within one arm (``"router_head vs base"``): counts, win rate and a 95% CI over
+    test users, from the judge's cache."""
+    a, b = comparison.split(" vs ")
+    return [summarize(outcomes(run, f"systems/{arm}-s{sd}.jsonl:{a}", f"systems/{arm}-s{sd}.jsonl:{b}", judge_),
+                      n_boot, groups="user") for sd in seeds]
+
+
+def cut_prompts(trunc: pd.DataFrame, arm: str, seed: int, system: str) -> set:
+    """Prompts whose ``system`` answer (``arm``, ``seed``) hit the generation cap (from :func:`truncation`)."""
+    t = trunc[(trunc["arm"] == arm) & (trunc["seed"] == seed) & (trunc["system"] == system)]
+    return set(t.loc[t["truncated"], "prompt_id"])
+
+
+def split_rates(run: str | Path, a_spec: str, b_spec: str, cut_a: set, cut_b: set, judge_,
+                n_boot: int = 1000) -> tuple[dict, dict, dict]:
+    """A comparison's win rate on all prompts, on those where neither side was cut, and on those where
+    either was (bootstrap over prompts)."""
+    o = outcomes(run, a_spec, b_spec, judge_)
+    keep = ~o["prompt_id"].isin(cut_a | cut_b)
+    return summarize(o, n_boot), summarize(o[keep], n_boot), summarize(o[~keep], n_boot)
+
+
+def row_verdict(df: pd.DataFrame, tolerance: float) -> tuple[str, str]:
+    """:func:`verdict` of a per-seed table with hidden columns ``_wr``, ``_lo``, ``_hi``, ``_dec`` and ``seed``."""
+    return verdict(list(df["_wr"]), list(df["_lo"]), list(df["_hi"]), tolerance, decisive=list(df["_dec"]),
+                   seeds=list(df["seed"]))
+
+
+def head_to_head(run: str | Path, tallies: dict, seeds, judge_, n_boot: int,
+                 systems=("router_head", "oracle_head")) -> pd.DataFrame:
+    """Reverse-KL systems against forward-KL systems of the same seed, per system and seed: outcomes, win
+    rate of reverse with its CI over users and the tally's CI over prompts, the length-controlled rate;
+    hidden ``_wr``/``_lo``/``_hi``/``_dec`` for :func:`row_verdict`."""
+    rows = []
+    for system in systems:
+        for sd in seeds:
+            t = tallies.get((f"s{sd}", f"reverse {system} vs forward {system}"))
+            if t is None:
+                continue
+            o = summarize(outcomes(run, t["a"], t["b"], judge_), n_boot, groups="user")
+            lc = t["length_controlled"]["win_rate"]
+            rows.append({"system": system, "seed": sd, "n": o["n"], "users": o["clusters"], "W": o["W"], "T": o["T"],
+                         "L": o["L"], "reverse wins %": round(100 * o["win_rate"], 1),
+                         "95% CI (users)": f"[{100 * o['ci_low']:.0f}, {100 * o['ci_high']:.0f}]",
+                         "per-prompt CI (tallies.json)": f"[{100 * t['overall']['ci_low']:.0f}, {100 * t['overall']['ci_high']:.0f}]",
+                         "length-controlled %": round(100 * lc, 1) if lc is not None else None,
+                         "_lo": o["ci_low"], "_hi": o["ci_high"], "_wr": o["win_rate"], "_dec": o["W"] + o["L"]})
+    return pd.DataFrame(rows)
+
+
+def restricted_view(run: str | Path, heads: pd.DataFrame, trunc: pd.DataFrame, system: str, seeds, arms, judge_,
+                    n_boot: int, view: str = "trained") -> pd.DataFrame:
+    """Reverse against forward on a subset of prompts, per seed: ``trained`` — types whose heads all
+    trained in both arms (a mix needs all four heads; ``router_head``: the router's pick must be such a
+    type); ``uncut`` — prompts where neither side hit the cap; ``cut`` — prompts where either did."""
+    rows = []
+    for sd in seeds:
+        o = outcomes(run, f"systems/reverse-s{sd}.jsonl:{system}", f"systems/forward-s{sd}.jsonl:{system}", judge_)
+        ok = comparable_types(heads, sd, arms=arms, strict=True)
+        if view == "trained":
+            keep = o["preference" if system == "oracle_head" else "router_pick"].isin(ok)
+        else:
+            cut = cut_prompts(trunc, "reverse", sd, system) | cut_prompts(trunc, "forward", sd, system)
+            keep = ~o["prompt_id"].isin(cut) if view == "uncut" else o["prompt_id"].isin(cut)
+        sm = summarize(o[keep], n_boot, groups="user")
+        rows.append({"system": system, "seed": sd, "types": (", ".join(ok) or "none") if view == "trained" else "all",
+                     "n": sm["n"], "users": sm["clusters"], "W": sm["W"], "T": sm["T"], "L": sm["L"],
+                     "reverse wins %": None if sm["win_rate"] is None else round(100 * sm["win_rate"], 1),
+                     "95% CI (users)": "" if sm["win_rate"] is None else
+                     ("all ties" if sm["W"] + sm["L"] == 0 else f"[{100 * sm['ci_low']:.0f}, {100 * sm['ci_high']:.0f}]"),
+                     "_wr": sm["win_rate"], "_lo": sm["ci_low"], "_hi": sm["ci_high"], "_dec": sm["W"] + sm["L"]})
+    return pd.DataFrame(rows)
+
+
+HIDDEN = ["_wr", "_lo", "_hi", "_dec"]
+VERDICT_NAMES = {"none": "no difference within the tolerance", "forward": "forward better", "reverse": "reverse better",
+                 "mixed": "no consistent winner", "uninformative": "uninformative (all ties in every seed)",
+                 "empty": "empty (no type left)"}
+
+
+def left_out_rate(h2h: pd.DataFrame, trained: pd.DataFrame, system: str) -> tuple[float | None, int]:
+    """Reverse's mean win rate over seeds on the prompts the ``trained`` view leaves out (raw − restricted,
+    by counts), and how many prompts that is over all seeds."""
+    raw = h2h[h2h["system"] == system].set_index("seed")
+    tr = trained.set_index("seed")
+    out_n = raw["n"] - tr["n"]
+    out_wr = (raw["_wr"] * raw["n"] - tr["_wr"].fillna(0.5) * tr["n"]) / out_n
+    return (float(out_wr[out_n > 0].mean()) if (out_n > 0).any() else None), int(out_n.sum())
+
+
+def failed_heads_text(heads: pd.DataFrame) -> str:
+    """``warm in seed(s) 0, 2; …`` for the heads in ``heads`` (e.g. those that did not train)."""
+    return "; ".join(f"`{h}` in seed(s) {', '.join(map(str, sorted(g['seed'])))}" for h, g in heads.groupby("head"))
+
+
+def value_range(x, digits: int = 2) -> str:
+    """``0.12`` when min and max agree at ``digits`` decimals, else ``0.12–0.34``."""
+    lo, hi = float(np.min(x)), float(np.max(x))
+    return f"{lo:.{digits}f}" if round(lo, digits) == round(hi, digits) else f"{lo:.{digits}f}–{hi:.{digits}f}"
+
+
+def pct_range(x) -> str:
+    """``40%`` when min and max agree in whole percents, else ``40%–55%``."""
+    lo, hi = float(np.min(x)), float(np.max(x))
+    return f"{100 * lo:.0f}%" if round(100 * lo) == round(100 * hi) else f"{100 * lo:.0f}%–{100 * hi:.0f}%"
+
+
+def mixing_check(run: str | Path, model_dir: str | Path, arms, seed: int, recipes: dict, texts: list[str],
+                 chat_prompt, max_new_tokens: int = 24) -> pd.DataFrame:
+    """Each recipe mix of one seed, per arm: the largest difference over adapted modules between the saved
+    mix's ΔW and Σ wᵢ·sᵢ·BᵢAᵢ of its heads, and whether its greedy generation on ``texts`` (made prompts
+    by ``chat_prompt(tokenizer, text)``) equals that of a model whose weights were merged by hand."""
+    import torch
+    import transformers
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ... import adapters
+
+    transformers.logging.disable_progress_bar()
+    load = lambda: AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()  # noqa: E731
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    tok.padding_side = "left"
+    enc = tok([chat_prompt(tok, t) for t in texts], return_tensors="pt", padding=True, add_special_tokens=False)
+    rows = []
+    for arm in arms:
+        folder = Path(run) / "heads" / f"{arm}-s{seed}"
+        loaded = adapters.load_adapters(load(), {p: folder / p / "adapter" for p in pw.POLES})
+        for pair, weights in recipes.items():
+            want = adapters.expected_delta(loaded, dict(zip(pw.POLES, weights)))
+            mixed = PeftModel.from_pretrained(load(), str(folder / f"mix_{pair}")).eval()
+            got = adapters.delta_weights(mixed, "default")
+            err = max(float((got[k] - want[k]).abs().max()) for k in want)
+            merged = adapters.merged_copy(load(), want)
+            with torch.no_grad():
+                kw = dict(max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tok.pad_token_id)
+                same = torch.equal(mixed.generate(**enc, **kw), merged.generate(**enc, **kw))
+            rows.append({"arm": arm, "recipe": pair, "weights": weights, "modules": len(want),
+                         "rank": mixed.peft_config["default"].r, "max |ΔW_mix − Σ w s BA|": err, "greedy = merged": same})
+    return pd.DataFrame(rows)

@@ -1,0 +1,329 @@
+"""What the Part IV chapter (the miniature replication) computes from a recorded world run, shared with the
+findings summary on the intro page, so that both state one verdict by one rule.
+
+- :func:`read_log`: a trainer log (``train_log.jsonl`` / ``heldout_trajectory.jsonl``) as its last
+  attempt, in both layouts a run folder can hold: GRPO now keeps an interrupted attempt's logs beside
+  the new one (``<name>.attempt-<n>.jsonl``); older recordings appended a restarted attempt to the same
+  file (a step that goes back marks it);
+- :func:`collapse_step`: the collapse rule (a final run of steps with no readable answer);
+- :func:`sign_verdict`, :func:`points`: the verdict an interval allows and its sentence;
+- :func:`problem_differences`, :func:`paired_diff`, :func:`level_verdicts`: think − panel per problem,
+  with a bootstrap over problems, per level and overall (one seed);
+- :func:`across_seeds`, :func:`gain_across_seeds`: across-seed intervals, a percentile bootstrap over
+  seeds × problems (or × held-out samples where only a rate was logged), inside [−1, 1] by
+  construction (:func:`polyvox.metrics.seed_bootstrap`);
+- :func:`think_minus_panel`, :func:`hillclimb`: the chapter's two comparisons across seeds;
+- :func:`sweep`, :func:`first_cap_table`, :func:`band_stability`: the chapter's tables.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ... import metrics
+from ...records import read_jsonl
+
+SYSTEMS = ("tiny-panel", "tiny-think")
+ARMS = {"panel": "panel", "think": "thinking"}  # hill-climb arm -> its name in prose
+LEVEL = 0.95
+VERSION_KEYS = ("torch", "transformers", "trl", "peft", "platform")  # library versions compared across manifests
+# hill-climb settings that must match between the arms for the comparison to be matched
+RECIPE_KEYS = ("group_size", "prompts_per_step", "lora_rank", "learning_rate", "max_completion_length", "heldout_problems",
+               "heldout_samples", "eval_every", "beta", "temperature")
+
+
+# ---------------------------------------------------------------- run folder
+
+def manifest(folder: str | Path) -> dict:
+    return json.loads((Path(folder) / "manifest.json").read_text())
+
+
+def _number(p: Path) -> int:
+    return int(p.name.split("-", 1)[1])  # seed-3 -> 3, cap-512 -> 512
+
+
+def seeds(root: str | Path) -> list[int]:
+    """The RL seeds of a world run (its ``seed-<k>`` folders)."""
+    return sorted(_number(p) for p in Path(root).glob("seed-*"))
+
+
+def caps(root: str | Path, seed: int) -> list[int]:
+    """The token caps a seed was evaluated at (its ``eval/cap-<n>`` folders)."""
+    return sorted(_number(p) for p in (Path(root) / f"seed-{seed}" / "eval").glob("cap-*"))
+
+
+def sweep_seed(caps_by_seed: dict[int, list[int]]) -> int:
+    """The seed evaluated at the most caps (the cap sweep's seed)."""
+    return max(caps_by_seed, key=lambda k: len(caps_by_seed[k]))
+
+
+def records(path: str | Path) -> list[dict]:
+    """JSONL records without the notes the trainer writes into its logs."""
+    return [r for r in read_jsonl(path) if "note" not in r]
+
+
+def _split_attempts(rows: list[dict]) -> list[list[dict]]:
+    parts: list[list[dict]] = [[]]
+    for r in rows:
+        if parts[-1] and r["step"] < parts[-1][-1]["step"]:
+            parts.append([])
+        parts[-1].append(r)
+    return [p for p in parts if p]
+
+
+def read_log(folder: str | Path, name: str) -> tuple[pd.DataFrame, int]:
+    """(the last attempt's records, how many attempts were made) of ``<folder>/<name>``.
+
+    An interrupted RL run started again into the same folder leaves earlier attempts: GRPO keeps them
+    beside the log as ``<stem>.attempt-<n>.jsonl`` (the log itself is then one attempt); recordings made
+    before that appended the new attempt to the same file, where a step that goes back marks it. When
+    the last attempt did not evaluate step 0 (the starting model, unchanged: a fresh LoRA adds zero),
+    step 0 is taken from the first attempt.
+    """
+    folder, stem = Path(folder), Path(name).stem
+    earlier = sorted(folder.glob(f"{stem}.attempt-*.jsonl"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+    parts = [a for p in earlier for a in _split_attempts(records(p))] + _split_attempts(records(folder / name))
+    if not parts:
+        raise ValueError(f"{folder / name}: no records")
+    last = parts[-1]
+    if last[0].get("step") != 0 and parts[0][0].get("step") == 0:
+        last = parts[0][:1] + last
+    return pd.DataFrame(last), len(parts)
+
+
+def load_eval(root: str | Path, seed: int, cap: int) -> dict[str, pd.DataFrame]:
+    """Graded samples of both systems at one seed and cap; ``level`` as text (1 … 5 and "olympiad")."""
+    from ... import runs
+
+    out = {}
+    for s in SYSTEMS:
+        df = runs.graded_samples(Path(root) / f"seed-{seed}" / "eval" / f"cap-{cap}" / s)
+        df["level"] = df.level.astype(str)
+        out[s] = df
+    return out
+
+
+# ---------------------------------------------------------------- verdicts
+
+def sign_verdict(lo: float, hi: float, up: str, down: str, neither: str) -> str:
+    """The verdict an interval allows: ``up`` if it lies above 0, ``down`` if below, ``neither`` if it holds 0."""
+    return up if lo > 0 else down if hi < 0 else neither
+
+
+def points(m: float, lo: float, hi: float, what: str = "95% interval") -> str:
+    """A difference of rates in points with its interval: ``+5.3 points (95% interval +2.8 to +7.9)``."""
+    return f"{100 * m:+.1f} points ({what} {100 * lo:+.1f} to {100 * hi:+.1f})"
+
+
+def collapse_step(log: pd.DataFrame, tail: int = 3) -> int | None:
+    """The first step of a final run of at least ``tail`` logged steps whose training batch had no valid
+    format (the policy stopped writing answers the reward can read), or None."""
+    bad = (log.format_valid == 0).to_numpy()
+    if len(bad) < tail or not bad[-tail:].all():
+        return None
+    i = len(bad) - 1
+    while i > 0 and bad[i - 1]:
+        i -= 1
+    return int(log.step.iloc[i])
+
+
+def problem_differences(a: pd.DataFrame, b: pd.DataFrame) -> np.ndarray:
+    """Per-problem accuracy b − a on the problems both systems saw."""
+    pa, pb = (df.groupby("problem_id").correct.mean() for df in (a, b))
+    return (pb - pa).dropna().to_numpy()
+
+
+def paired_diff(a: pd.DataFrame, b: pd.DataFrame, n_boot: int = 2000) -> tuple[float, float, float]:
+    """Per-problem accuracy b − a: mean and percentile bootstrap interval over problems."""
+    return metrics.bootstrap_ci(problem_differences(a, b), n_boot=n_boot, seed=0)
+
+
+VERDICT_WORDS = ("tiny-think higher", "tiny-panel higher", "no detectable difference")
+
+
+def level_verdicts(ev: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per level and overall ("all"): think − panel, its bootstrap interval over problems and its verdict."""
+    out = []
+    for lv in [*sorted(ev["tiny-panel"].level.unique()), "all"]:
+        pick = [df if lv == "all" else df[df.level == lv] for df in (ev["tiny-panel"], ev["tiny-think"])]
+        m, lo, hi = paired_diff(*pick)
+        out.append({"level": lv, "think − panel": m, "low": lo, "high": hi, "verdict": sign_verdict(lo, hi, *VERDICT_WORDS)})
+    return pd.DataFrame(out).set_index("level")
+
+
+def across_seeds(groups, combine=None) -> tuple[float, float, float]:
+    """The chapter's across-seed interval: percentile bootstrap over seeds × problems (95%)."""
+    return metrics.seed_bootstrap(groups, combine=combine, level=LEVEL)
+
+
+def gain_across_seeds(starts, ends, n: int) -> tuple[float, float, float]:
+    """end − start across seeds where only held-out *rates* of ``n`` samples were logged: the bootstrap
+    redraws each seed's ``n`` samples at both evaluations (per-problem outcomes were not logged)."""
+    groups = [(metrics.outcomes_of(s, n), metrics.outcomes_of(e, n)) for s, e in zip(starts, ends)]
+    return across_seeds(groups, combine=lambda s, e: e - s)
+
+
+ACROSS = "bootstrap over seeds and problems"  # how the chapter names the interval in prose
+ACROSS_SAMPLES = "bootstrap over seeds and held-out samples"
+
+
+# ---------------------------------------------------------------- the chapter's comparisons
+
+def first_cap_table(root: str | Path, seed_list, cap: int) -> tuple[pd.DataFrame, dict[str, list[np.ndarray]]]:
+    """Per seed and system at one cap: accuracy with Wilson and bootstrap intervals and the cap-hit rate,
+    and a row ``think − panel`` (per-problem difference, bootstrap over problems); and, per system and
+    for ``think − panel``, each seed's per-problem values (for :func:`across_seeds`)."""
+    rows, groups = [], {s: [] for s in (*SYSTEMS, "think − panel")}
+    for k in seed_list:
+        ev = load_eval(root, k, cap)
+        for s, df in ev.items():
+            n, c = len(df), int(df.correct.sum())
+            lo, hi = metrics.wilson_interval(c, n)
+            per_problem = df.groupby("problem_id").correct.mean().to_numpy()
+            groups[s].append(per_problem)
+            _, blo, bhi = metrics.bootstrap_ci(per_problem, n_boot=2000, seed=0)
+            rows.append({"seed": k, "system": s, "problems": df.problem_id.nunique(), "samples": n, "accuracy": c / n,
+                         "Wilson low": lo, "Wilson high": hi, "bootstrap low": blo, "bootstrap high": bhi,
+                         "cap-hit rate": metrics.cap_hit_rate(df.finish_reason)})
+        d = problem_differences(ev["tiny-panel"], ev["tiny-think"])
+        groups["think − panel"].append(d)
+        m, lo, hi = metrics.bootstrap_ci(d, n_boot=2000, seed=0)
+        rows.append({"seed": k, "system": "think − panel", "accuracy": m, "bootstrap low": lo, "bootstrap high": hi})
+    return pd.DataFrame(rows).astype({"problems": "Int64", "samples": "Int64"}), groups
+
+
+def think_minus_panel(root: str | Path, seed_list, cap: int) -> tuple[pd.DataFrame, tuple[float, float, float]]:
+    """Per seed at ``cap``: think − panel (per-problem accuracy) with its bootstrap interval over problems;
+    and the across-seed mean with its bootstrap over seeds × problems."""
+    rows, groups = [], []
+    for k in seed_list:
+        d = problem_differences(*load_eval(root, k, cap).values())
+        groups.append(d)
+        rows.append({"seed": k, **dict(zip(("think − panel", "low", "high"), metrics.bootstrap_ci(d, n_boot=2000, seed=0)))})
+    return pd.DataFrame(rows), across_seeds(groups)
+
+
+def sweep(root: str | Path, seed: int, cap_list) -> tuple[pd.DataFrame, dict[int, dict[str, pd.DataFrame]]]:
+    """Accuracy, accuracy on uncut samples and cap-hit rate per cap, system and level (and "all"), one seed."""
+    evs = {c: load_eval(root, seed, c) for c in cap_list}
+    rows = []
+    for c, ev in evs.items():
+        for s, df in ev.items():
+            for lv, g in [*df.groupby("level"), ("all", df)]:
+                uncut = g[g.finish_reason != "length"]
+                rows.append({"cap": c, "system": s, "level": lv, "accuracy": g.correct.mean(),
+                             "accuracy uncut": uncut.correct.mean() if len(uncut) else np.nan,
+                             "cap-hit rate": metrics.cap_hit_rate(g.finish_reason)})
+    return pd.DataFrame(rows), evs
+
+
+def panel_rl(root: str | Path, seed_list) -> dict:
+    """The panel-format RL of every seed: held-out trajectories and training logs (last attempts), the
+    number of attempts, the RL config, and the held-out gain across seeds."""
+    root = Path(root)
+    traj, logs, attempts = {}, {}, {}
+    for k in seed_list:
+        folder = root / f"seed-{k}" / "panel-rl"
+        traj[k], attempts[k] = read_log(folder, "heldout_trajectory.jsonl")
+        logs[k] = read_log(folder, "train_log.jsonl")[0]
+    cfg = manifest(root / f"seed-{seed_list[0]}" / "panel-rl")["config"]
+    n = cfg["heldout_problems"] * cfg["heldout_samples"]
+    ends = pd.DataFrame({"seed": list(seed_list), "start": [traj[k].heldout_mean.iloc[0] for k in seed_list],
+                         "end": [traj[k].heldout_mean.iloc[-1] for k in seed_list],
+                         "end step": [int(traj[k].step.iloc[-1]) for k in seed_list]})
+    return {"traj": traj, "logs": logs, "attempts": attempts, "config": cfg, "heldout_n": n, "ends": ends,
+            "start": across_seeds([metrics.outcomes_of(x, n) for x in ends.start]),
+            "end": across_seeds([metrics.outcomes_of(x, n) for x in ends.end]),
+            "gain": gain_across_seeds(ends.start, ends.end, n),
+            "restarted": [k for k in seed_list if attempts[k] > 1]}
+
+
+def hillclimb(root: str | Path, seed_list) -> dict:
+    """RL of each arm on its own band, every seed: trajectories, logs, configs, the gains table (start,
+    end, gain, share of all-equal groups), collapsed runs by the collapse rule, and per arm the gain
+    across seeds with and without the collapsed runs."""
+    root = Path(root)
+    traj, logs = {a: {} for a in ARMS}, {a: {} for a in ARMS}
+    for a in ARMS:
+        for k in seed_list:
+            folder = root / f"seed-{k}" / f"hillclimb-{a}"
+            traj[a][k] = read_log(folder, "heldout_trajectory.jsonl")[0]
+            logs[a][k] = read_log(folder, "train_log.jsonl")[0]
+    cfg = {a: manifest(root / f"seed-{seed_list[0]}" / f"hillclimb-{a}")["config"] for a in ARMS}
+    n = cfg["panel"]["heldout_problems"] * cfg["panel"]["heldout_samples"]
+    gains = pd.DataFrame([{"arm": a, "seed": k, "start": t.heldout_mean.iloc[0], "end": t.heldout_mean.iloc[-1],
+                           "gain": t.heldout_mean.iloc[-1] - t.heldout_mean.iloc[0],
+                           "groups with equal rewards": logs[a][k].frac_groups_all_equal.mean()}
+                          for a in ARMS for k, t in traj[a].items()])
+    collapsed = {(a, k): step for a in ARMS for k in seed_list if (step := collapse_step(logs[a][k])) is not None}
+    kept = gains[[(r.arm, r.seed) not in collapsed for r in gains.itertuples()]]
+    across = {a: gain_across_seeds(g.start, g.end, n) for a, g in gains.groupby("arm")}
+    across_kept = {a: gain_across_seeds(g.start, g.end, n) for a, g in kept.groupby("arm")}
+    return {"traj": traj, "logs": logs, "config": cfg, "heldout_n": n, "gains": gains, "kept": kept,
+            "collapsed": collapsed, "gain": across, "gain_kept": across_kept,
+            "start_gap": across_seeds([(metrics.outcomes_of(p, n), metrics.outcomes_of(t, n)) for p, t in
+                                       zip(gains[gains.arm == "panel"].start, gains[gains.arm == "think"].start)],
+                                      combine=lambda p, t: p - t),
+            "smoke_fallback": [f"{a} seed {k}" for a in ARMS for k in seed_list
+                               if (root / f"seed-{k}" / f"hillclimb-{a}" / "SMOKE_BAND_WAS_EMPTY").exists()]}
+
+
+def bands(root: str | Path) -> tuple[dict[str, pd.DataFrame], int]:
+    """Per arm the band draw's per-problem records with ``band (recomputed)``, and G."""
+    root = Path(root)
+    out = {a: pd.DataFrame(records(root / "bands" / a / "per_problem.jsonl")) for a in ARMS}
+    g = json.loads((root / "bands" / "panel" / "summary.json").read_text())["n_samples_per_problem"]
+    for df in out.values():
+        df["band (recomputed)"] = metrics.variance_band(df.n_correct.to_numpy(), g)
+    return out, g
+
+
+def band_stability(root: str | Path, bands_: dict[str, pd.DataFrame], g: int, climb: dict, seed_list) -> pd.DataFrame | None:
+    """Band membership and success rates on the first and a second draw of the pool (``bands-redraw/``),
+    the share of all-equal groups each predicts, and that share in RL steps 1–5 (runs that did not
+    collapse); None when no second draw was recorded."""
+    redraw = Path(root) / "bands-redraw"
+    if not redraw.exists():
+        return None
+    rows = []
+    for a in ARMS:
+        r2 = pd.DataFrame(records(redraw / a / "per_problem.jsonl"))
+        j = bands_[a][["uid", "n_correct"]].merge(r2[["uid", "n_correct"]], on="uid", suffixes=("", " redraw"))
+        in1 = (j.n_correct > 0) & (j.n_correct < g)
+        in2 = j["n_correct redraw"].between(1, g - 1)
+        p1, p2 = j.loc[in1, "n_correct"] / g, j.loc[in1, "n_correct redraw"] / g
+        early = pd.concat([climb["logs"][a][k][climb["logs"][a][k].step <= 5] for k in seed_list
+                           if (a, k) not in climb["collapsed"]])
+        rows.append({"arm": ARMS[a], "band, first draw": int(in1.sum()), "band, redraw": int(in2.sum()),
+                     "in both": int((in1 & in2).sum()), "first band kept": (in1 & in2).sum() / in1.sum(),
+                     "mean p, first draw": p1.mean(), "mean p, redraw (same problems)": p2.mean(),
+                     "all-equal groups expected (first draw)": (p1 ** g + (1 - p1) ** g).mean(),
+                     "all-equal groups expected (redraw)": (p2 ** g + (1 - p2) ** g).mean(),
+                     "all-equal groups in RL steps 1–5": early.frac_groups_all_equal.mean()})
+    return pd.DataFrame(rows).set_index("arm")
+
+
+def dead_levels(climb: dict) -> tuple[list[str], int]:
+    """Held-out levels that scored 0 in every hill-climb evaluation (both arms, every seed and step), and
+    how many levels there are."""
+    level_max: dict[str, float] = {}
+    for a in climb["traj"]:
+        for t in climb["traj"][a].values():
+            for row in t.per_level:
+                for lv, v in row.items():
+                    level_max[lv] = max(level_max.get(lv, 0.0), v)
+    return [lv for lv, v in level_max.items() if v == 0], len(level_max)
+
+
+def environment(root: str | Path, keys=VERSION_KEYS) -> pd.DataFrame:
+    """Every manifest of the run: its folder, the device it records and its library versions."""
+    root = Path(root)
+    rows = []
+    for f in sorted(root.rglob("manifest.json")):
+        m = json.loads(f.read_text())
+        rows.append({"record": str(f.parent.relative_to(root)), "device": m.get("device"),
+                     **{k: m.get("versions", {}).get(k) for k in keys}})
+    return pd.DataFrame(rows)
