@@ -142,6 +142,7 @@ LIVE_CELLS = [
     "ro.show_table()",
     "ro.side_by_side(ro.traces.problem_id.iloc[0])",
     "print(ro.systems, len(ro.traces), ro.traces.correct.notna().all())",
+    "ro.explorer()",
 ]
 
 
@@ -172,6 +173,9 @@ def test_explore_from_a_live_kernel_on_a_fresh_sample_of_tiny_think(root, tmp_pa
     assert "Problem w1-" in pair  # the problem's id and text from the run's task
     out = "".join(o.get("text", "") for o in nb.cells[4].outputs)
     assert out.strip() == "['my-sample'] 6 True"  # graded in memory with the task's grader
+    explorer = html(nb.cells[5])
+    data = json.loads(re.search(r"<script type='application/json' id='[\w-]+-data'>(.*?)</script>", explorer, re.S).group(1))
+    assert [len(data["groups"][0]["traces"][pid]["my-sample"]) for pid in data["groups"][0]["traces"]] == [2, 2, 2]
     # the explorer chapter pointed at the same run (runs=), through papermill
     chapter = tmp_path / "explore-my-sample"
     done = subprocess.run([sys.executable, "-m", "polyvox.cli", "run", "panel/explorer", "-p", f"runs={run}",
