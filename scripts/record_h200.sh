@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The recorded H200 runs: Part IV (benches, world) and the miniatures of Parts II and III.
 # Usage: scripts/record_h200.sh OUTDIR [benches|world|personas|collab] [seconds]
-#   benches  -> bench/results/{sampling,rl}-h200.json
+#   benches  -> bench/results/{sampling,rl}-h200.json  (BENCH_OUT=DIR writes them there instead;
+#               BENCH_ONLY=sampling or rl runs one; wheels in .whl/ — trl, datasets, dill,
+#               multiprocess, which the machine's image lacks — are installed to /tmp/site first)
 #   world    -> polyvox world run --scale h200     (recorded in data/runs/world)
 #   personas -> polyvox personas run --scale h200  (recorded in data/runs/personas-h200)
 #   collab   -> polyvox collab run --scale h200    (recorded in data/runs/collab-h200, models in data/models/collab-h200)
@@ -12,10 +14,19 @@ export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 quiet() { grep -v -E "it/s\]|s/it\]|Loading weights|sample/s|Warning|warn"; }
 case "$what" in
   benches)
-    python3 bench/sampling.py --prompts 128 --n 8 --max-tokens 128 --batch-size 256 --rounds 3 \
-      --out bench/results/sampling-h200.json 2>&1 | grep -v Warning | tail -25
-    python3 bench/rl_step.py --rounds 3 --steps-per-round 3 --out bench/results/rl-h200.json 2>&1 \
-      | grep -v -i warning | tail -40 ;;
+    if ls .whl/*.whl >/dev/null 2>&1; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    fi
+    dest=${BENCH_OUT:-bench/results}; only=${BENCH_ONLY:-sampling,rl}
+    if [[ $only == *sampling* ]]; then
+      python3 bench/sampling.py --prompts 128 --n 8 --max-tokens 128 --batch-size 256 --batch-sizes 256,512,1024 \
+        --naive-subset 4 --rounds 3 --agree-requests 512 --out "$dest/sampling-h200.json" 2>&1 | grep --line-buffered -v Warning
+    fi
+    if [[ $only == *rl* ]]; then
+      python3 bench/rl_step.py --sizes 128,512 --baseline-sizes 128 --rounds 3 --steps-per-round 3 \
+        --out "$dest/rl-h200.json" 2>&1 | grep --line-buffered -v -i warning
+    fi ;;
   world|personas|collab)
     timeout "$budget" python3 -m polyvox.cli "$what" run --out "$out" --scale h200 2>&1 | quiet | tail -30
     echo "$what run exit: ${PIPESTATUS[0]}" ;;

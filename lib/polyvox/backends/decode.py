@@ -445,6 +445,7 @@ def decode_rows(model, rows: list[list[int]], seeds: list[int], max_new: int, te
         offsets = np.concatenate([[0], np.cumsum(lens)])
         positions = np.arange(len(flat), dtype=np.int64) - np.repeat(offsets[:-1], lens)
         first = torch.empty(B, dtype=torch.int64, device=dev)
+        w_pre = time.perf_counter()
         if cuda:
             t_pre = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             t_pre[0].record()
@@ -483,6 +484,7 @@ def decode_rows(model, rows: list[list[int]], seeds: list[int], max_new: int, te
         if cuda:
             t_pre[1].record()
         # ---- decode: one replay per step; the host looks every CHECK_EVERY steps
+        w_dec = time.perf_counter()
         if cuda:
             t_dec = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             t_dec[0].record()
@@ -501,6 +503,7 @@ def decode_rows(model, rows: list[list[int]], seeds: list[int], max_new: int, te
         if cuda:
             t_dec[1].record()
         out = st.out[:n, :steps].cpu().numpy()
+        w_end = time.perf_counter()
     ends = np.full(n, steps, dtype=np.int64)
     if eos:
         is_eos = np.isin(out, eos)
@@ -514,12 +517,16 @@ def decode_rows(model, rows: list[list[int]], seeds: list[int], max_new: int, te
                 cut[i] = _first_stop(out[i, :ends[i]].tolist(), 0, stops, tokenizer)
     result = [out[i, :min(ends[i], cut[i] or ends[i])].tolist() for i in range(n)]
     if stats is not None:
-        if cuda:
+        if cuda:  # device time between events (host gaps included: the device waited for them)
             torch.cuda.synchronize()
-            stats["prefill_s"] = stats.get("prefill_s", 0.0) + t_pre[0].elapsed_time(t_pre[1]) / 1e3
-            stats["decode_s"] = stats.get("decode_s", 0.0) + t_dec[0].elapsed_time(t_dec[1]) / 1e3
+            pre_s, dec_s = t_pre[0].elapsed_time(t_pre[1]) / 1e3, t_dec[0].elapsed_time(t_dec[1]) / 1e3
+        else:
+            pre_s, dec_s = w_dec - w_pre, w_end - w_dec
+        stats["prefill_s"] = stats.get("prefill_s", 0.0) + pre_s
+        stats["decode_s"] = stats.get("decode_s", 0.0) + dec_s
         stats["decode_steps"] = stats.get("decode_steps", 0) + steps - 1
-        stats["row_steps"] = stats.get("row_steps", 0) + B * (steps - 1)
+        stats["row_steps"] = stats.get("row_steps", 0) + B * (steps - 1)  # rows x decode steps
+        stats["row_positions"] = stats.get("row_positions", 0) + B * steps  # rows x sampled positions
         # KV slots read over the decode steps: row b at step s reads lens[b] + s slots
         stats["kv_slot_reads"] = stats.get("kv_slot_reads", 0) + int(
             lens.sum() * (steps - 1) + B * (steps - 1) * steps // 2)

@@ -20,6 +20,8 @@ padded width almost every step; the flash and memory-efficient kernels need no p
 
 The copy is refreshed whenever the policy may have changed: at a new global step, and at the
 first generation of every ``train()`` call (a second ``train()`` restarts ``global_step``).
+Trainers of one process share the copy of the same model path (one at a time is kept): a
+later stage's trainer finds the decode loop's compiled step and captured graphs ready.
 
 Departure from the policy: the copy runs in bf16 on GPU while the policy trains in fp32
 under bf16 autocast, so sampling probabilities differ from the policy's by rounding, as
@@ -53,6 +55,20 @@ def refresh(policy, copy) -> int:
     return written
 
 
+_SHARED: dict = {}  # (model path, device, dtype) -> the inference copy; one entry at a time
+
+
+def shared_copy(path: str, device, dtype):
+    """The process's inference copy of ``path`` (loaded on first use; another path replaces it)."""
+    from transformers import AutoModelForCausalLM
+
+    key = (str(path), str(device), str(dtype))
+    if key not in _SHARED:
+        _SHARED.clear()
+        _SHARED[key] = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+    return _SHARED[key]
+
+
 def step_seed(seed: int, step: int, index: int) -> int:
     h = hashlib.sha256(f"grpo|{seed}|{step}|{index}".encode()).digest()
     return int.from_bytes(h[:4], "little") & 0x7FFFFFFF
@@ -61,7 +77,6 @@ def step_seed(seed: int, step: int, index: int) -> int:
 def fast_trainer_class():
     """A GRPOTrainer whose generation goes through the refreshed inference copy (built lazily: TRL is heavy)."""
     import torch
-    from transformers import AutoModelForCausalLM
     from trl import GRPOTrainer
 
     from ..backends.base import SamplingParams
@@ -86,9 +101,7 @@ def fast_trainer_class():
             if getattr(self, "_pv_copy", None) is None:
                 device = self.accelerator.device
                 dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-                self._pv_copy = AutoModelForCausalLM.from_pretrained(self.polyvox_model_path, dtype=dtype).to(device)
-                self._pv_copy.eval()
-                self._pv_step = None
+                self._pv_copy = shared_copy(self.polyvox_model_path, device, dtype)
                 self.polyvox_timing = {"refresh_s": 0.0, "generate_s": 0.0, "tokens": 0, "calls": 0}
                 self.polyvox_decode_stats = {}
             return self._pv_copy
@@ -99,10 +112,11 @@ def fast_trainer_class():
 
             copy = self._polyvox_copy()
             t0 = time.perf_counter()
-            version = (self._pv_round, self.state.global_step)
-            if self._pv_step != version:
+            # the copy may be shared with another trainer: it records whose weights it holds
+            version = (id(self), self._pv_round, self.state.global_step)
+            if getattr(copy, "_polyvox_version", None) != version:
                 refresh(self.model, copy)
-                self._pv_step = version
+                copy._polyvox_version = version
             t1 = time.perf_counter()
             params = SamplingParams(self.max_completion_length, self.temperature, self.top_p or 1.0)
             seeds = [step_seed(self.polyvox_seed, self.state.global_step, i) for i in range(len(prompt_ids))]
