@@ -524,6 +524,13 @@ def test_a_new_run_that_fails_before_its_first_record_leaves_nothing(tmp_path):
     assert not (tmp_path / "a").exists()
 
 
+def test_grade_dot_grades_the_run_one_stands_in(tmp_path, monkeypatch):
+    run = make_run(tmp_path / "run")
+    monkeypatch.chdir(run)
+    assert run_cli(["grade", "."])[0] == 0
+    assert len(read_jsonl(run / "graded.jsonl", GradedSample)) == 6
+
+
 def test_out_empty_is_refused_by_its_own_name(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match=r"\(got ''\)"):

@@ -439,9 +439,12 @@ def _short_metadata(meta: dict) -> dict:
 
 
 def _run_folder(run) -> Path:
-    if run is None or str(run).strip() in ("", "."):
+    """An existing run folder to grade (``.``, the run one stands in, is read as its absolute path)."""
+    if run is None or not str(run).strip():
         raise ValueError(f"a run folder must be named (got {'' if run is None else str(run)!r})")
     p = Path(run)
+    if p == Path("."):
+        p = Path.cwd()
     if not p.exists():
         raise ValueError(f"{p}: no such folder, so not a run to grade")
     if not p.is_dir():
