@@ -14,6 +14,7 @@ the resumed run rewrites), so nothing is lost and nothing is duplicated.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import datetime as _dt
 import functools
 import hashlib
@@ -109,11 +110,17 @@ def _type_ok(value: Any, annotation: Any) -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=None)
+def _type_hints(cls: type) -> dict:
+    # resolving annotations is most of the cost of reading a record: once per class, not per line
+    return typing.get_type_hints(cls)
+
+
 def from_dict(cls: Type[T], obj: Any, path: os.PathLike | str = "<memory>", line: int | None = None) -> T:
     """Build a dataclass from a dict, checking required fields and their types."""
     if not isinstance(obj, dict):
         raise RecordError(path, line, f"expected a JSON object, got {type(obj).__name__}")
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)
     kwargs = {}
     for f in dataclasses.fields(cls):
         if f.name in obj:
