@@ -151,7 +151,7 @@ CASES = [
     ("run-yaml", lambda t, w: ["run", "panel/length", "-p", "data_dir=[x", "--out", str(w / "new")],
      "not a YAML value", None),
     ("run-out-file", lambda t, w: ["run", "panel/length", "--out", str(w / "file.txt")], "a file, not a run folder", None),
-    ("run-out-taken", lambda t, w: ["run", "panel/length", "--out", str(w / "run")], "holds a run already", None),
+    ("run-out-taken", lambda t, w: ["run", "panel/length", "--out", str(w / "run")], "holds a sample run", None),
     # book build --params (checked against the chapters and their parameters cells)
     ("params-yaml", lambda t, w: ["book", "build", "--params", str(w / "bad.yaml")], "not valid YAML", None),
     ("params-list", lambda t, w: ["book", "build", "--params", str(w / "list.yaml")], "expected a mapping", None),

@@ -575,6 +575,8 @@ def run_chapter(name_or_path: str, params: dict, out: os.PathLike | str | None =
     root = find_root(root)
     ch = resolve_chapter(root, name_or_path)
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    if out is not None and str(out).strip() and Path(out).is_file():
+        raise BookError(f"{out}: a file, not a run folder")
     out = Path(check_out_path(out)) if out is not None else root / "runs" / f"{ch.name.replace('/', '-')}-{stamp}"
     out = out.resolve()
     declared = pm.inspect_notebook(str(ch.source))
