@@ -67,6 +67,13 @@ KIND_STAGE = "stage"  # a stage folder of a study pipeline (its manifest: settin
 KIND_DISTILL = "distill"  # one distilled head (polyvox.train.distill)
 KIND_TRAJECTORIES = "collab trajectories"  # a collaboration or solo run (studies.collab.scheduler)
 KIND_WORLD, KIND_PERSONAS, KIND_COLLAB = "world pipeline", "personas pipeline", "collab pipeline"
+# what a folder may hold before its first manifest: its lock, and a manifest cut off by a kill mid-write
+UNWRITTEN = frozenset({".lock", "manifest.json.tmp"})
+
+
+def foreign_files(folder: Path, known=frozenset()) -> list[str]:
+    """The names in ``folder`` besides :data:`UNWRITTEN` and ``known``, sorted."""
+    return sorted(p.name for p in Path(folder).iterdir() if p.name not in UNWRITTEN and p.name not in known)
 
 
 def folder_kind(manifest: dict) -> str | None:
@@ -161,7 +168,7 @@ def check_root(out: str | Path, kind: str, scale: dict, recognise=None, ignore: 
                 raise ValueError(f"{out}: holds a run of the scale {old.get('name')!r}; the scale "
                                  f"{scale['name']!r} differs in {', '.join(changed)}; use a new --out")
         return out
-    entries = sorted(p.name for p in out.iterdir() if p.name != ".lock")
+    entries = foreign_files(out)
     if entries and not (recognise is not None and recognise(out)):
         raise ValueError(f"{out}: holds {entries[0]}{' …' if len(entries) > 1 else ''} but no manifest.json: not a "
                          f"{kind} folder; a folder holds one kind of run: use a new --out")

@@ -166,13 +166,13 @@ def manifest_settings(cfg: DistillConfig) -> dict:
 
 def _check_out(out: Path) -> None:
     """Read-only: a head's folder is new, or holds a head (any settings: a head is trained whole)."""
-    from ..stages import check_kind
+    from ..stages import check_kind, foreign_files
 
     check_out_path(out)
     check_kind(out, KIND)
-    if out.is_dir() and not (out / "manifest.json").exists():
-        known = {".lock", "sequences.jsonl", "train_log.jsonl", "adapter"}
-        other = sorted(p.name for p in out.iterdir() if p.name not in known and not p.name.startswith("step-"))
+    if out.is_dir() and not (out / "manifest.json").exists():  # a head cut off mid-training
+        other = [n for n in foreign_files(out, {"sequences.jsonl", "train_log.jsonl", "adapter"})
+                 if not n.startswith("step-")]
         if other:
             raise ValueError(f"{out}: holds {other[0]} but no manifest.json: not a distilled head's folder; "
                              "use a new folder")

@@ -42,7 +42,7 @@ from pathlib import Path
 from ...backends.base import Request, SamplingParams
 from ...records import (Problem, RecordError, RunLock, append_jsonl, iter_jsonl, now_iso, read_jsonl,
                         repair_truncated_tail, write_manifest)
-from ...stages import KIND_TRAJECTORIES, check_kind
+from ...stages import KIND_TRAJECTORIES, check_kind, foreign_files
 from .protocol import parse_turn, state_prompt
 
 TRAJECTORIES = "trajectories.jsonl"
@@ -174,7 +174,7 @@ def check_settings(out: Path, settings: dict) -> None:
     """Read-only: ``out`` is new, or holds a collaboration run with these settings."""
     old = check_kind(out, KIND_TRAJECTORIES).get("settings")
     if old is None:
-        if out.is_dir() and any(p.name != ".lock" for p in out.iterdir()):
+        if out.is_dir() and foreign_files(out):
             raise ValueError(f"{out}: holds files but no manifest settings: use a new folder")
         return
     if old != settings:

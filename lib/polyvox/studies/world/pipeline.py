@@ -33,6 +33,7 @@ import json
 from pathlib import Path
 
 from ... import metrics, runs, stages
+from ... import stages as _stages  # run() takes a parameter named stages
 from ...backends import BackendSpec, SamplingParams
 from ...records import KIND_RL, RecordError, RunLock, append_jsonl, now_iso, read_jsonl, read_manifest, write_manifest
 from ...tasks import load as load_task
@@ -254,7 +255,7 @@ def run(out: str | Path, scale: str | Path = "smoke", stages=STAGES, seeds=None)
     check(out, s, order)  # validate first: a refused run writes nothing
     with RunLock(out):
         check(out, s, order)  # again under the lock: another writer may have finished meanwhile
-        root = {"kind": stages.KIND_WORLD, "scale": s["name"], "settings": stages.scale_settings(s)}
+        root = {"kind": _stages.KIND_WORLD, "scale": s["name"], "settings": _stages.scale_settings(s)}
         write_manifest(out, **root, status="running", stages=list(stages), seeds=seeds, updated=now_iso())
         for stage, seed in order:
             _run_stage(out, s, seed, stage)
