@@ -151,6 +151,10 @@ def agreement(backend, model_dir, reqs, params, batch_size):
         torch.cuda.empty_cache()
     return {"requests": len(reqs), "batch_size": batch_size, "tokens_compared": total, "tokens_equal": equal,
             "fraction_equal": equal / max(total, 1), "rows_identical": len(reqs) - len(diverged),
+            # sampling decisions taken on the same context in both paths (every position up to and
+            # including each row's first difference), and the fraction of them that agree
+            "same_context_decisions": equal + len(diverged),
+            "same_context_agreement": equal / max(equal + len(diverged), 1),
             "rows_diverged": len(diverged),
             "first_differences": margins,
             "median_abs_margin_at_first_difference": statistics.median(abs(m["fp32_margin"]) for m in margins)
