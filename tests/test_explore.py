@@ -355,7 +355,7 @@ def test_a_folder_with_two_benchmarks_gives_one_group_each(root, tmp_path):
     assert explore.filter_rows(by["gsm8k"], "disagree") == []
     table = ro.table()
     assert list(table["benchmark"]) == ["gsm8k"] * 2 + ["world"] * 3
-    assert "benchmark <select class='pv-group'>" in explore.explorer_html(data)
+    assert "benchmark <select class='pv-bench'>" in explore.explorer_html(data)
 
 
 def test_trace_cap_is_stated_on_the_page(world):

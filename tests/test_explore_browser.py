@@ -10,9 +10,10 @@ gsm8k (a second benchmark), plus the published case study (math, headings). They
 Driven: the controls are there at load; typing in the search box; each quick filter (the rows kept
 are those :func:`polyvox.explore.filter_rows` keeps); opening a row and switching through all its
 samples; the benchmark menu; the problem text wrapped inside the column at 1280 px; math typeset
-and no headings from traces. Screenshots: ``/tmp/explore-quick-filters.png`` and
-``/tmp/explore-traces.png``. The last test runs the same explorer live in JupyterLab
-(``polyvox explore``'s notebook, its cells run from the Run menu).
+and no headings from traces; the same in a page Jupyter Book builds with the book's own config and
+style sheets. Screenshots: ``/tmp/explore-quick-filters.png``, ``/tmp/explore-traces.png``,
+``/tmp/explore-book.png``. The last test runs the same explorer live in JupyterLab (``polyvox
+explore``'s notebook, its cells run from the Run menu).
 """
 import functools
 import json
@@ -148,8 +149,8 @@ def test_controls_are_always_shown_and_search_filters_rows(browser, site):
     p = Page(browser, f"{url}/run.html")
     i = [g["name"] for g in pages["run"]["groups"]].index("world")
     g = pages["run"]["groups"][i]
-    assert p.x.locator("select.pv-group").is_visible()  # two benchmarks: a menu
-    p.x.locator("select.pv-group").select_option(str(i))
+    assert p.x.locator("select.pv-bench").is_visible()  # two benchmarks: a menu
+    p.x.locator("select.pv-bench").select_option(str(i))
     for sel in ("input.pv-search", "select.pv-len", "select.pv-a", "select.pv-b", ".pv-clear"):
         assert p.x.locator(sel).is_visible(), sel
     assert p.x.locator("button.pv-filter").count() == 6 and all(b.is_visible() for b in p.x.locator("button.pv-filter").all())
@@ -184,7 +185,7 @@ def test_each_quick_filter_keeps_the_rows_python_keeps(browser, site):
     p.show_all()
     groups = {g["name"]: (i, g) for i, g in enumerate(pages["run"]["groups"])}
     i, g = groups["world"]
-    p.x.locator("select.pv-group").select_option(str(i))
+    p.x.locator("select.pv-bench").select_option(str(i))
     p.show_all()
     assert p.x.locator("select.pv-a").input_value() == g["a"] and p.x.locator("select.pv-b").input_value() == g["b"]
     kept = {}
@@ -228,7 +229,7 @@ def test_a_row_opens_its_traces_with_every_sample(browser, site):
     url, pages = site
     p = Page(browser, f"{url}/run.html")
     i, g = next((i, g) for i, g in enumerate(pages["run"]["groups"]) if g["name"] == "world")
-    p.x.locator("select.pv-group").select_option(str(i))
+    p.x.locator("select.pv-bench").select_option(str(i))
     p.show_all()
     # a problem whose samples differ (some wrong), so switching samples shows different traces
     pid = next(r["id"] for r in g["rows"] if 0 < r["stats"][g["a"]]["correct"] < r["stats"][g["a"]]["n"])
@@ -257,7 +258,7 @@ def test_a_row_opens_its_traces_with_every_sample(browser, site):
     # the text row opens the same problem; a second click closes it
     p.x.locator(f"tr.pv-row[data-pid='{pid}']").click()
     assert p.x.locator("tr.pv-detail").count() == 0
-    p.x.locator(f"tr.pv-textrow[data-pid='{pid}']").click()
+    p.x.locator(f"tr.pv-xtextrow[data-pid='{pid}']").click()
     assert p.x.locator("tr.pv-detail").count() == 1
     p.close()
 
@@ -267,10 +268,10 @@ def test_each_benchmark_has_its_own_table(browser, site):
     p = Page(browser, f"{url}/run.html")
     names = [g["name"] for g in pages["run"]["groups"]]
     assert sorted(names) == ["gsm8k", "world"]
-    assert [o.split(" (")[0] for o in p.x.locator("select.pv-group option").all_inner_texts()] == names
+    assert [o.split(" (")[0] for o in p.x.locator("select.pv-bench option").all_inner_texts()] == names
     i = names.index("gsm8k")
     g = pages["run"]["groups"][i]
-    p.x.locator("select.pv-group").select_option(str(i))
+    p.x.locator("select.pv-bench").select_option(str(i))
     assert p.x.locator("select.pv-a option").all_inner_texts() == ["gsm8k/tiny"] == g["systems"]
     assert len(p.rows()) == 3 and p.x.locator("thead").inner_text().count("gsm8k/tiny") == 1
     for key in ("ab", "ba", "disagree"):  # one system: nothing to compare
@@ -287,7 +288,7 @@ WIDTHS = """() => {
   const box = document.querySelector('.pv-x .pv-scrollx').getBoundingClientRect();
   const main = document.querySelector('main').getBoundingClientRect();
   const out = [];
-  for (const el of document.querySelectorAll('.pv-x .pv-text, .pv-x .pv-detail-in')) {
+  for (const el of document.querySelectorAll('.pv-x .pv-xtext, .pv-x .pv-detail-in')) {
     const r = el.getBoundingClientRect();
     if (r.width && (r.left < box.left - 1 || r.right > box.right + 1)) out.push([el.className, r.left, r.right]);
   }
@@ -300,7 +301,7 @@ def test_problem_text_is_visible_without_horizontal_scrolling_at_1280px(browser,
     url, pages = site
     p = Page(browser, f"{url}/run.html")
     i = [g["name"] for g in pages["run"]["groups"]].index("world")
-    p.x.locator("select.pv-group").select_option(str(i))
+    p.x.locator("select.pv-bench").select_option(str(i))
     p.x.locator("tr.pv-row").first.click()
     found = p.page.evaluate(WIDTHS)
     assert found["page"] <= 0 and not found["outside"], found
@@ -309,7 +310,7 @@ def test_problem_text_is_visible_without_horizontal_scrolling_at_1280px(browser,
     p.page.evaluate("() => { const b = document.querySelector('.pv-x .pv-scrollx'); b.scrollLeft = b.scrollWidth; }")
     p.page.wait_for_timeout(100)
     assert not p.page.evaluate(WIDTHS)["outside"]
-    text = p.x.locator(".pv-text").first
+    text = p.x.locator(".pv-xtext").first
     assert text.is_visible() and text.inner_text().strip()
     p.close()
 
@@ -325,6 +326,77 @@ def test_case_study_math_is_typeset_and_trace_headings_are_not_page_headings(bro
     assert "\\(" not in detail.inner_text() and "nan" not in detail.inner_text().lower()
     assert p.x.locator("h1, h2, h3, h4, h5, h6").count() == 0
     assert detail.locator("p.pv-h").count() >= 1  # the thinking answer's "### Approach 1…", demoted
+    p.close()
+
+
+# ------------------------------------------------------------------ in a Jupyter Book page
+
+@pytest.fixture(scope="module")
+def book_page(root, site, tmp_path_factory):
+    """One page built by Jupyter Book with the book's own _config.yml and style sheets (its theme, its
+    table sheet, Sphinx's deferred MathJax for the page's own math): the explorers as chapter outputs."""
+    import nbformat
+
+    _, pages = site
+    book = tmp_path_factory.mktemp("jb")
+    shutil.copy(root / "_config.yml", book / "_config.yml")
+    shutil.copytree(root / "book" / "_static", book / "book" / "_static")
+    (book / "_toc.yml").write_text("format: jb-book\nroot: explorer\n")
+    v4 = nbformat.v4
+
+    def html_cell(source, h):
+        return v4.new_code_cell(source, outputs=[v4.new_output("display_data", data={"text/html": h, "text/plain": ""})])
+
+    cells = [v4.new_markdown_cell("# Explorer\n\nThe page's own math: $x^2 + 1$."),
+             html_cell("explore.init()", explore.mathjax_html()),
+             v4.new_markdown_cell("## Runs"), html_cell("ro.explorer()", explore.explorer_html(pages["run"])),
+             v4.new_markdown_cell("## Case study"), html_cell("case.explorer()", explore.explorer_html(pages["case"]))]
+    nbformat.write(v4.new_notebook(cells=cells), book / "explorer.ipynb")
+    done = subprocess.run([str(Path(sys.executable).parent / "jupyter-book"), "build", str(book)], cwd=book,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and (book / "_build/html/explorer.html").exists(), done.stdout[-2000:] + done.stderr[-2000:]
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(book / "_build/html")))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/explorer.html"
+    server.shutdown()
+
+
+IN_COLUMN = """() => {
+  const col = document.querySelector('article.bd-article').getBoundingClientRect();
+  const out = [];
+  for (const el of document.querySelectorAll('.pv-x .pv-xtext, .pv-x .pv-detail-in, .pv-x .pv-bar')) {
+    const r = el.getBoundingClientRect();
+    if (r.width && (r.left < col.left - 1 || r.right > col.right + 1)) out.push([el.className, r.left, r.right]);
+  }
+  const ids = Array.from(document.querySelectorAll('.pv-x td.pv-id')).filter(td => td.firstChild &&
+      td.firstChild.nodeType === 3 && td.getClientRects().length &&
+      (() => { const r = document.createRange(); r.selectNodeContents(td.firstChild); return r.getClientRects().length > 1; })());
+  return {outside: out, wrappedIds: ids.length, column: [col.left, col.right],
+          page: document.documentElement.scrollWidth - window.innerWidth};
+}"""
+
+
+def test_in_a_jupyter_book_page_the_text_wraps_in_the_column_and_math_typesets(browser, site, book_page):
+    world = next(g for g in site[1]["run"]["groups"] if g["name"] == "world")
+    longest = max(world["rows"], key=lambda r: len(r["text"]))["id"]
+    p = Page(browser, book_page)
+    runs, case = p.page.locator(".pv-x").nth(0), p.page.locator(".pv-x").nth(1)
+    runs.locator("select.pv-bench").select_option(str([o.split(" (")[0] for o in runs.locator(
+        "select.pv-bench option").all_inner_texts()].index("world")))
+    runs.locator("tr.pv-row").first.click()
+    found = p.page.evaluate(IN_COLUMN)
+    assert found["page"] <= 0 and not found["outside"] and not found["wrappedIds"], found
+    text = runs.locator(f"tr.pv-xtextrow[data-pid='{longest}'] .pv-xtext").bounding_box()
+    assert text["height"] > 40, "the problem text wraps onto lines (the book's nowrap table cells stay out)"
+    case.locator("tr.pv-row[data-pid='a']").click()
+    p.page.wait_for_function("() => document.querySelectorAll('.pv-x')[1].querySelectorAll('tr.pv-detail mjx-container')"
+                             ".length >= 5")
+    assert "\\(" not in case.locator("tr.pv-detail").inner_text()
+    # the page's contents list: its own headings only, none from the traces
+    toc = [t.strip() for t in p.page.locator(".bd-toc a").all_inner_texts()]
+    assert toc and set(toc) <= {"Runs", "Case study"}, toc
+    assert p.page.locator(".pv-x h1, .pv-x h2, .pv-x h3, .pv-x h4, .pv-x h5, .pv-x h6").count() == 0
+    p.page.screenshot(path=str(SHOTS / "explore-book.png"))
     p.close()
 
 

@@ -733,7 +733,7 @@ def explorer_html(data: dict) -> str:
     groups = data["groups"]
     bench = ""
     if len(groups) > 1:
-        bench = ("<label class='pv-ctl'>benchmark <select class='pv-group'>" + "".join(
+        bench = ("<label class='pv-ctl'>benchmark <select class='pv-bench'>" + "".join(
             f"<option value='{i}'>{esc(g['name'])} ({len(g['systems'])} system{'s' if len(g['systems']) > 1 else ''}, "
             f"{len(g['rows'])} problems)</option>" for i, g in enumerate(groups)) + "</select></label>")
     g0 = groups[0]
@@ -760,7 +760,7 @@ def explorer_html(data: dict) -> str:
             f"the search)</summary><ul>{legend}</ul></details>"
             f"<div class='pv-note'>Click a row to open its traces side by side, with a selector over all samples. "
             f"{cap_line}</div>"
-            f"<div class='pv-scrollx'><table class='pv-table'><thead></thead><tbody><tr><td>The explorer draws "
+            f"<div class='pv-scrollx'><table class='pv-xtable'><thead></thead><tbody><tr><td>The explorer draws "
             f"this table with JavaScript: if this line stays, run the cell again (JupyterLab runs scripts of "
             f"trusted outputs only).</td></tr></tbody></table></div>"
             f"<div class='pv-bar pv-foot'><span class='pv-info'></span><span class='pv-pager'>"
@@ -771,6 +771,7 @@ def explorer_html(data: dict) -> str:
 
 
 EXPLORER_STYLE = """<style>
+/* the book's table sheet (polyvox.css) styles .pv-table, .pv-text, .pv-num, .pv-group: the explorer uses other names */
 .pv-x{margin:0.5em 0 1.5em 0;max-width:100%;font-size:0.92em;--pv-w:100%}
 .pv-x .pv-bar{display:flex;flex-wrap:wrap;gap:0.4em 1em;align-items:center;margin:0.3em 0}
 .pv-x .pv-ctl{display:inline-flex;gap:0.3em;align-items:center;white-space:nowrap;margin:0}
@@ -788,34 +789,34 @@ EXPLORER_STYLE = """<style>
 .pv-x .pv-legend ul{margin:0.2em 0 0.4em 1em;padding:0}
 .pv-x .pv-note{font-size:0.9em;opacity:0.85;margin:0.2em 0 0.4em 0}
 .pv-x .pv-scrollx{overflow-x:auto;max-width:100%}
-.pv-x table.pv-table{border-collapse:collapse;width:100%;margin:0;font-size:0.95em;display:table}
-.pv-x .pv-table th,.pv-x .pv-table td{border:0;padding:0.2em 0.45em;vertical-align:top;text-align:left;
-  background:transparent}
-.pv-x .pv-table thead th{border-bottom:2px solid rgba(128,128,128,.55);white-space:normal;overflow-wrap:normal;
+.pv-x table.pv-xtable{border-collapse:collapse;width:100%;margin:0;font-size:0.95em;display:table}
+.pv-x .pv-xtable th,.pv-x .pv-xtable td{border:0;padding:0.2em 0.45em;vertical-align:top;text-align:left;
+  background:transparent;white-space:normal}
+.pv-x .pv-xtable thead th{border-bottom:2px solid rgba(128,128,128,.55);white-space:normal;overflow-wrap:normal;
   font-weight:bold}
-.pv-x .pv-table th.pv-sort{cursor:pointer;user-select:none}
-.pv-x .pv-table th.pv-sort::after{content:' ⇅';opacity:0.35;font-weight:normal}
-.pv-x .pv-table th.pv-asc::after{content:' ▲';opacity:0.9}
-.pv-x .pv-table th.pv-desc::after{content:' ▼';opacity:0.9}
-.pv-x .pv-table th.pv-sys-head{text-align:center;border-bottom:1px solid rgba(128,128,128,.35)}
+.pv-x .pv-xtable th.pv-sort{cursor:pointer;user-select:none}
+.pv-x .pv-xtable th.pv-sort::after{content:' ⇅';opacity:0.35;font-weight:normal}
+.pv-x .pv-xtable th.pv-asc::after{content:' ▲';opacity:0.9}
+.pv-x .pv-xtable th.pv-desc::after{content:' ▼';opacity:0.9}
+.pv-x .pv-xtable th.pv-sys-head{text-align:center;border-bottom:1px solid rgba(128,128,128,.35)}
 .pv-x tr.pv-row{cursor:pointer}
 .pv-x tr.pv-row td{border-top:1px solid rgba(128,128,128,.3)}
-.pv-x tr.pv-row:hover td,.pv-x tr.pv-row:hover + tr.pv-textrow td,.pv-x tr.pv-open td{background:rgba(120,150,200,.09)}
-.pv-x tr.pv-textrow td{padding-top:0;cursor:pointer}
+.pv-x tr.pv-row:hover td,.pv-x tr.pv-row:hover + tr.pv-xtextrow td,.pv-x tr.pv-open td{background:rgba(120,150,200,.09)}
+.pv-x tr.pv-xtextrow td{padding-top:0;cursor:pointer}
 .pv-x .pv-fit{position:sticky;left:0;width:calc(var(--pv-w) - 1.2em);max-width:calc(var(--pv-w) - 1.2em);
   box-sizing:border-box;overflow-wrap:anywhere}
-.pv-x .pv-text{max-height:4.6em;overflow:hidden;opacity:0.9}
-.pv-x .pv-text p{margin:0 0 0.2em 0}
-.pv-x .pv-id{white-space:nowrap;font-family:monospace}
+.pv-x .pv-xtext{max-height:4.6em;overflow:hidden;opacity:0.9}
+.pv-x .pv-xtext p{margin:0 0 0.2em 0}
+.pv-x .pv-xtable td.pv-id{white-space:nowrap;font-family:monospace}
 .pv-x .pv-label,.pv-x .pv-sub{font-size:0.85em;opacity:0.75;font-family:inherit;white-space:normal}
 .pv-x .pv-yes{color:#1c7c43;font-weight:bold}
 .pv-x .pv-no{color:#b3261e;font-weight:bold}
-.pv-x .pv-num{text-align:right;white-space:nowrap}
+.pv-x .pv-xtable td.pv-xnum{text-align:right;white-space:nowrap}
 .pv-x .pv-flag{font-size:0.85em;color:#a4580b}
 .pv-x tr.pv-detail > td{padding:0.4em 0.45em 1em 0.45em;border-top:1px dashed rgba(128,128,128,.5)}
 .pv-x .pv-detail-in{border-left:3px solid rgba(120,150,200,.6);padding-left:0.7em}
-.pv-x .pv-samplebar{display:flex;gap:0.3em;align-items:center;margin:0.2em 0 0.4em 0;flex-wrap:wrap}
-.pv-x .pv-samplebar select{flex:0 1 auto;min-width:0;max-width:calc(100% - 6em)}
+.pv-x .pv-samplebar{display:flex;gap:0.3em;align-items:center;margin:0.2em 0 0.4em 0;flex-wrap:nowrap}
+.pv-x .pv-samplebar select{flex:1 1 auto;min-width:0;max-width:none}
 .pv-x .pv-foot{justify-content:space-between}
 </style>"""
 
@@ -874,9 +875,11 @@ EXPLORER_JS = r"""(function () {
       return;
     }
     var MJ = window.MathJax;  // a static page: its MathJax (explore.init's, or the page's own)
-    if (!MJ) return;
-    var go = function () { if (MJ.typesetPromise) MJ.typesetPromise([el]).catch(function () {}); };
-    if (MJ.startup && MJ.startup.promise) MJ.startup.promise.then(go); else go();
+    if (MJ && MJ.startup && MJ.startup.promise) {
+      MJ.startup.promise.then(function () { if (MJ.typesetPromise) return MJ.typesetPromise([el]); }).catch(function () {});
+    } else if (document.readyState !== "complete") {  // a deferred MathJax (Sphinx's) runs before the load event
+      window.addEventListener("load", function () { typeset(el); }, {once: true});
+    }
   }
   function clearMath(el) {
     var MJ = window.MathJax;
@@ -930,11 +933,11 @@ EXPLORER_JS = r"""(function () {
     return "<td>" + top + ans + "</td>";
   }
   function cellL(st) {
-    if (!st) return "<td class='pv-num'>—</td>";
+    if (!st) return "<td class='pv-xnum'>—</td>";
     var flags = [];
     if (st.cap) flags.push(st.n === 1 ? "cap hit" : st.cap + " cap");
     if (st.invalid) flags.push(st.n === 1 ? "bad format" : st.invalid + " bad fmt");
-    return "<td class='pv-num'>" + fmtLen(st.length) + (flags.length ? "<div class='pv-flag'>" + flags.join(", ") +
+    return "<td class='pv-xnum'>" + fmtLen(st.length) + (flags.length ? "<div class='pv-flag'>" + flags.join(", ") +
       "</div>" : "") + "</td>";
   }
   function sampleLabel(x) {
@@ -955,15 +958,15 @@ EXPLORER_JS = r"""(function () {
       "<div class='pv-md'>" + fin + "</div></div>" + rea;
   }
   function column(side, sys, samples, pos) {
+    var n = samples ? samples.length : 0;
     var h = "<div class='pv-col' data-side='" + side + "'><div class='pv-sys'>" + side.toUpperCase() + ": " +
-      esc(sys) + "</div>";
-    if (!samples || !samples.length) return h + "<p>no samples of this problem</p></div>";
+      esc(sys) + " <span class='pv-sub'>· " + n + " sample" + (n === 1 ? "" : "s") + "</span></div>";
+    if (!n) return h + "<p>no samples of this problem</p></div>";
     var opts = samples.map(function (x, j) {
       return "<option value='" + j + "'" + (j === pos ? " selected" : "") + ">" + esc(sampleLabel(x)) + "</option>"; });
     return h + "<div class='pv-samplebar'><button type='button' class='pv-btn pv-sprev' title='previous sample'>‹</button>" +
       "<select class='pv-sample' aria-label='sample of " + esc(sys) + "'>" + opts.join("") + "</select>" +
-      "<button type='button' class='pv-btn pv-snext' title='next sample'>›</button> <span class='pv-sub'>" +
-      samples.length + " sample" + (samples.length > 1 ? "s" : "") + "</span></div><div class='pv-trace'>" +
+      "<button type='button' class='pv-btn pv-snext' title='next sample'>›</button></div><div class='pv-trace'>" +
       traceHtml(samples[pos]) + "</div></div>";
   }
   function detail(r, g) {
@@ -1005,8 +1008,8 @@ EXPLORER_JS = r"""(function () {
         "<td class='pv-id'>" + esc(r.id) + (r.label ? "<div class='pv-label'>" + esc(r.label) + "</div>" : "") +
         "</td><td>" + esc(r.gold.length > 40 ? r.gold.slice(0, 39) + "…" : r.gold) + "</td>";
       g.systems.forEach(function (s) { c += cellC(r.stats[s]) + cellL(r.stats[s]); });
-      c += "</tr><tr class='pv-textrow" + (open ? " pv-open" : "") + "' data-pid='" + esc(r.id) + "'><td colspan='" +
-        cs.length + "'><div class='pv-fit pv-text pv-md'>" + pool[r.problem] + "</div></td></tr>";
+      c += "</tr><tr class='pv-xtextrow" + (open ? " pv-open" : "") + "' data-pid='" + esc(r.id) + "'><td colspan='" +
+        cs.length + "'><div class='pv-fit pv-xtext pv-md'>" + pool[r.problem] + "</div></td></tr>";
       if (open) c += "<tr class='pv-detail' data-pid='" + esc(r.id) + "'><td colspan='" + cs.length +
         "'><div class='pv-fit pv-detail-in'>" + detail(r, g) + "</div></td></tr>";
       body.push(c);
@@ -1064,7 +1067,7 @@ EXPLORER_JS = r"""(function () {
     timer = setTimeout(function () { S.q = ev.target.value; S.page = 0; render(); }, 120);
   });
   $(".pv-len").addEventListener("change", function (ev) { S.len = parseInt(ev.target.value, 10); S.page = 0; render(); });
-  var grp = $(".pv-group");
+  var grp = $(".pv-bench");
   if (grp) grp.addEventListener("change", function (ev) {
     S.g = parseInt(ev.target.value, 10); S.page = 0; S.key = null; S.open = null; setSystems(); render(); });
   ["a", "b"].forEach(function (side) {
@@ -1102,7 +1105,7 @@ EXPLORER_JS = r"""(function () {
       return;
     }
     if (ev.target.closest("tr.pv-detail")) return;
-    var tr = ev.target.closest("tr.pv-row, tr.pv-textrow");
+    var tr = ev.target.closest("tr.pv-row, tr.pv-xtextrow");
     if (tr) toggle(tr.getAttribute("data-pid"));
   });
   tbody.addEventListener("change", function (ev) {
@@ -1124,8 +1127,8 @@ EXPLORER_JS = r"""(function () {
 def mathjax_html() -> str:
     """A script that loads MathJax 3 (SVG output) from this environment, for pages without network.
 
-    - Static HTML (the book): MathJax is loaded into the page and typesets it, unless the page already
-      has a MathJax.
+    - Static HTML (the book): MathJax is loaded into the page and typesets it, unless the page has a
+      MathJax already or a script that loads one (Sphinx's, deferred, on pages with math).
     - Jupyter typesets an output once, when it renders, with its own MathJax, which cannot typeset what
       the explorer draws later. There the same MathJax runs privately in a hidden frame
       (``window.PolyvoxMathJax``, nothing typeset on its own) and the explorer converts its math with it.
@@ -1145,7 +1148,9 @@ def mathjax_html() -> str:
     return ("<script>(function () {\n"
             "  var jupyter = !!document.querySelector('.jp-LabShell, .jp-Notebook, #notebook-container');\n"
             "  var mj = window.MathJax;\n"
-            "  if (!jupyter) { if (!(mj && mj.version)) window.__pvLoadMathJax = true; return; }\n"
+            "  // a static page: load MathJax unless the page has one, loaded or still to come (Sphinx defers its own)\n"
+            "  if (!jupyter) { if (!(mj && mj.version) && !document.querySelector('script[src*=\"mathjax\" i]'))\n"
+            "    window.__pvLoadMathJax = true; return; }\n"
             "  if (window.PolyvoxMathJax) return;\n"
             "  var me = document.currentScript, text = me ? me.textContent : '';\n"
             "  var begin = text.lastIndexOf('/*PV-MJ-' + 'BEGIN*/'), end = text.lastIndexOf('/*PV-MJ-' + 'END*/');\n"
