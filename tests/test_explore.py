@@ -419,3 +419,21 @@ def test_polyvox_explore_command_writes_the_notebook_and_says_how_to_open_it(roo
     assert cli.main(["explore", str(tmp_path / "nothing")]) == 1
     err = capsys.readouterr().err
     assert err.startswith("polyvox: ") and "no such run folder" in err and len(err.strip().splitlines()) == 1
+
+
+def test_exploring_shipped_records_writes_under_runs_not_data(root, tmp_path):
+    import nbformat
+
+    # a checkout (its _toc.yml and _config.yml) whose data/ ships a run
+    shutil.copy(root / "_toc.yml", tmp_path / "_toc.yml")
+    shutil.copy(root / "_config.yml", tmp_path / "_config.yml")
+    shipped = _shipped(root, tmp_path / "data" / "runs" / "w", systems=("tiny-think",), lines=16)
+    before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "data").rglob("*"))
+    path = explore.write_notebook(shipped, data_dir=root / "data")
+    assert path == tmp_path / "runs" / "explore-runs-w.ipynb"
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "data").rglob("*")) == before  # nothing added to data/
+    run_line = next(line for c in nbformat.read(path, as_version=4).cells for line in c.source.splitlines()
+                    if line.startswith("RUN = "))
+    rel = run_line.split("#")[0].split("=", 1)[1].strip().strip("'")
+    assert (path.parent / rel).resolve() == shipped.resolve()
+    assert explore.default_notebook(tmp_path / "elsewhere") == tmp_path / "elsewhere" / "explore.ipynb"

@@ -1186,7 +1186,8 @@ NOTEBOOK = "explore.ipynb"
 
 def write_notebook(run, out=None, data_dir="data", force: bool = False) -> Path:
     """Write a JupyterLab notebook that explores ``run`` (a run folder or a folder of run folders) and
-    return its path: ``<run>/explore.ipynb`` unless ``out`` names another file. No tracked notebook is
+    return its path: ``out``, else :func:`default_notebook` (``<run>/explore.ipynb``; for the
+    checkout's shipped records under ``data/``, ``runs/explore-<name>.ipynb``). No tracked file is
     edited; open it with ``jupyter lab <path>`` (``--allow-root`` when running as root).
 
     The notebook names the run relative to itself (it keeps working when the run folder moves with it)
@@ -1200,7 +1201,7 @@ def write_notebook(run, out=None, data_dir="data", force: bool = False) -> Path:
 
     run = Path(run)
     find_runs(run)
-    out = Path(out) if out is not None else run / NOTEBOOK
+    out = Path(out) if out is not None else default_notebook(run)
     if out.suffix != ".ipynb":
         raise ValueError(f"{out}: the notebook's name must end in .ipynb")
     if out.exists() and not force:
@@ -1237,6 +1238,24 @@ def write_notebook(run, out=None, data_dir="data", force: bool = False) -> Path:
     return out
 
 
+def default_notebook(run) -> Path:
+    """Where ``polyvox explore RUN`` writes: ``RUN/explore.ipynb``; for a run under the checkout's ``data/``
+    (shipped records, tracked, and inputs of the book's cache) ``runs/explore-<its path below data>.ipynb``
+    (``runs/`` is git-ignored), so exploring them adds nothing to ``data/``."""
+    run = Path(run)
+    try:
+        from .book.build import find_root
+
+        root = find_root(run.resolve())
+    except Exception:  # noqa: BLE001 — outside a checkout: next to the run
+        return run / NOTEBOOK
+    data, here = (root / "data").resolve(), run.resolve()
+    if here != data and data not in here.parents:
+        return run / NOTEBOOK
+    name = "-".join(here.relative_to(data).parts) or "data"
+    return root / "runs" / f"explore-{name}.ipynb"
+
+
 def open_command(notebook) -> str:
     """The command that opens a notebook in this environment's JupyterLab (``--allow-root`` when root)."""
     import os
@@ -1250,7 +1269,7 @@ def open_command(notebook) -> str:
 
 def explore_command(run, out=None, data_dir="data", force: bool = False) -> list[str]:
     """``polyvox explore RUN``: write the notebook (:func:`write_notebook`); the lines to print."""
-    target = Path(out) if out is not None else Path(run) / NOTEBOOK
+    target = Path(out) if out is not None else default_notebook(run)
     kept = target.exists() and not force
     path = write_notebook(run, out=out, data_dir=data_dir, force=force)
     return [f"notebook: {path}" + (" (already there: kept; --force writes it anew)" if kept else ""),
