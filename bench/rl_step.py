@@ -100,22 +100,22 @@ def main():
         steps_total = (args.rounds + 1) * args.steps_per_round
         # the step's longest prompt: a width no earlier step of this size had (largest widths first,
         # so enough shorter prompts remain); the other prompts drawn from the shorter ones
-        candidates = sorted((w for w in by_width if sum(len(by_width[v]) for v in by_width if v < w) >= prompts),
-                            reverse=True)
+        candidates = sorted((w for w in by_width if sum(len(by_width[v]) for v in by_width if v < w)
+                             >= steps_total * prompts), reverse=True)
         if len(candidates) < steps_total:
             raise SystemExit(f"only {len(candidates)} distinct widths for {steps_total} fresh steps")
         step_widths = candidates[:steps_total]
         rng.shuffle(step_widths)
-        used: set[int] = set()
+        leads = [by_width[w][0] for w in step_widths]  # reserved first: no batch takes another's lead
+        used: set[int] = set(leads)
 
-        def batch_for(width):
-            lead = next(i for i in by_width[width] if i not in used)
+        def batch_for(width, lead):
             shorter = [i for i, w in enumerate(widths) if w < width and i not in used]
             rest = rng.sample(shorter, prompts - 1)
-            used.update([lead, *rest])
+            used.update(rest)
             return [lead, *rest]
 
-        batches = [batch_for(w) for w in step_widths]  # warm-up round's steps, then each timed round's
+        batches = [batch_for(w, i) for w, i in zip(step_widths, leads)]  # warm-up round's, then each timed round's
         rounds_batches = [batches[k * args.steps_per_round:(k + 1) * args.steps_per_round]
                           for k in range(args.rounds + 1)]
 
