@@ -53,7 +53,7 @@ def _judge_proc(root: Path, tmp: Path, a: str, b: str, out: Path, sleep: float =
     """A `judge run` in another process, each score taking ``sleep`` s (and none before ``go`` exists)."""
     script = tmp / "slow_judge.py"
     script.write_text(SLOW_JUDGE.format(lib=str(root / "lib"), sleep=sleep, go=str(go) if go else ""))
-    return subprocess.Popen([sys.executable, str(script), a, b, str(out)], start_new_session=True,
+    return subprocess.Popen([sys.executable, str(script), a, b, str(out)], start_new_session=True, env=_env(root),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -76,7 +76,7 @@ def test_a_second_judge_run_on_one_folder_is_refused_and_the_first_duplicates_no
     first = _judge_proc(root, tmp_path, a, b, out, sleep=0.0, go=go)
     _wait_lines(out / "manifest.json", 1, first)  # written under the lock: the first run holds it
     second = subprocess.run([sys.executable, "-m", "polyvox.cli", "judge", "run", "--a", a, "--b", b, "--out", str(out)],
-                            cwd=root, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(root / "lib")})
+                            cwd=root, capture_output=True, text=True, env=_env(root))
     go.touch()
     assert first.wait(timeout=120) == 0, first.stderr.read()
     assert second.returncode == 1
@@ -271,6 +271,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import polyvox.cli
 for name in {modules!r}:
     __import__(name)
+# what transformers, TRL and PEFT load lazily, on first use, costs most of a small run's CPU
+from transformers import (AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen3Config,  # noqa
+                          Qwen3ForCausalLM, TrainerCallback)
+from trl import GRPOConfig, GRPOTrainer  # noqa
+from peft import LoraConfig, PeftModel, get_peft_model  # noqa
+import datasets, math_verify  # noqa
 print("ready", flush=True)
 for line in sys.stdin:
     req = json.loads(line)
@@ -306,14 +312,16 @@ class Zygote:
     """A process that imports polyvox and its heavy libraries once, then forks one child per run.
 
     Each run is a real process in its own session, killed with SIGKILL like any other; the fork
-    saves the 3–7 s of CPU an interpreter spends importing torch, transformers and TRL, so a test
+    saves the 5–15 s of CPU an interpreter spends importing torch, transformers and TRL, so a test
     can kill and restart a pipeline many times within the slow tier's budget. The zygote itself
     never runs a tensor operation, so its children start with no thread pool to inherit.
     """
 
-    MODULES = ("torch", "transformers", "peft", "trl", "polyvox.judge", "polyvox.studies.personas.pipeline",
-               "polyvox.studies.collab.pipeline", "polyvox.studies.world.pipeline", "polyvox.train.grpo",
-               "polyvox.train.distill", "polyvox.backends.hf")
+    MODULES = ("torch", "transformers", "peft", "trl", "polyvox.judge", "polyvox.runs", "polyvox.grading",
+               "polyvox.studies.personas.pipeline", "polyvox.studies.personas.router",
+               "polyvox.studies.collab.pipeline", "polyvox.studies.collab.models", "polyvox.studies.collab.judge",
+               "polyvox.studies.world.pipeline", "polyvox.studies.world.models", "polyvox.train.grpo",
+               "polyvox.train.distill", "polyvox.train.fastgen", "polyvox.backends.hf", "polyvox.adapters")
 
     def __init__(self, root: Path, tmp: Path):
         script = tmp / "zygote.py"
@@ -394,7 +402,11 @@ def _glob(folder: Path, pattern: str, n: int = 1):
 
 
 def _env(root: Path) -> dict:
-    return {**os.environ, "PYTHONPATH": str(root / "lib"), "HF_HUB_OFFLINE": "1"}
+    # POLYVOX_GIT_COMMIT: manifests take the commit from here instead of running `git status`, which
+    # takes the checkout's .git/index.lock; a SIGKILL to the run's process group would leave it behind
+    # one intra-op thread: a micro model gains nothing from more, and idle OpenMP threads spin on a shared CPU
+    return {**os.environ, "PYTHONPATH": str(root / "lib"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+            "POLYVOX_GIT_COMMIT": os.environ.get("POLYVOX_GIT_COMMIT", "kill-test")}
 
 
 KILLED_JUDGE = """
