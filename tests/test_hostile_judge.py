@@ -6,6 +6,15 @@ no traceback, and the whole workspace byte-identical with nothing added — no l
 scale file or empty folder left behind. Each case builds its own small workspace (a systems
 file, verdicts, hand-written manifests of other kinds of run); no model is loaded, since every
 refusal comes before any work.
+
+Checked against the code before issue 17's changes to judge and the pipelines: every case fails
+there but the eleven rows of rules that already held (kept as regression rows):
+``collab_stage_with_another_scale``, ``verdict_repeated_key_run``,
+``world_while_another_writer_holds_the_folder`` (the library's), and ``judge_run_with_no_chunk``,
+``judge_run_with_no_attempts``, ``side_without_a_system``, ``side_with_an_empty_system``,
+``systems_file_missing``, ``systems_file_a_folder``, ``personas_with_an_unknown_stage``,
+``collab_with_missing_models`` (refused by the command line's argument checks, which the library
+now repeats for its other callers).
 """
 from __future__ import annotations
 

@@ -28,6 +28,16 @@ only when it replaces an ``unparseable`` one. A run killed at any point therefor
 most the chunk in flight and a rerun duplicates nothing. :func:`plan` counts the calls still
 to make before :func:`run` spends them.
 
+One writer, one kind: ``<out>`` holds a judge run only (``kind: judge`` in its manifest; a
+folder of a sample run, a pipeline or a stage is refused, and so is one holding other files
+but no manifest). :func:`run` validates first — the folder, both systems files (every row:
+an object with string ``prompt_id``, ``prompt``, ``preference`` and ``responses`` of string
+texts) and every recorded verdict (its ``key``, a ``choice`` of :data:`RECORDED`) — and
+writes second, under the folder's :class:`~polyvox.records.RunLock`, so a refused or
+concurrent run changes nothing; a bad line is an error naming the file and line. :func:`plan`
+and :func:`tally` only read. The manifest records each side as ``FILE:SYSTEM`` with the file
+as :func:`~polyvox.records.portable_path` writes it, never this machine's absolute path.
+
 Judges share one interface (``identity()``, ``ask(calls) -> [raw text]``, ``parse(raw)``):
 :class:`RubricJudge` scores each text with a program (free, exact, order-blind) and
 :class:`LLMJudge` asks any :mod:`polyvox.backends` backend — an OpenAI-compatible endpoint
@@ -191,8 +201,12 @@ def parse_side(spec: str) -> tuple[Path, str]:
 
 
 def portable_side(spec: str) -> str:
-    """``FILE:SYSTEM`` as a manifest records it: the file as :func:`polyvox.records.portable_path` writes it."""
-    path, system = parse_side(spec)
+    """``FILE:SYSTEM`` as a manifest records it: the file as :func:`polyvox.records.portable_path` writes it
+    (anything else, e.g. an older manifest's odd entry, is kept as it is)."""
+    try:
+        path, system = parse_side(spec)
+    except ValueError:
+        return spec
     return f"{portable_path(path)}:{system}"
 
 
@@ -316,7 +330,7 @@ def plan(a_spec: str, b_spec: str, out: str | Path, judge: Judge, retry_unparsea
 
 def _manifest_fields(out: Path, a_spec: str, b_spec: str, ident: dict, max_attempts: int) -> dict:
     old = read_manifest(out)
-    comparisons = {tuple(portable_side(x) if isinstance(x, str) and ":" in x else x for x in c)
+    comparisons = {tuple(portable_side(x) if isinstance(x, str) else x for x in c)
                    for c in old.get("comparisons", []) if isinstance(c, (list, tuple)) and len(c) == 2}
     comparisons.add((portable_side(a_spec), portable_side(b_spec)))
     judges = {json.dumps(j, sort_keys=True) for j in old.get("judges", [])} | {json.dumps(ident, sort_keys=True)}
