@@ -124,8 +124,8 @@ CASES = [
     ("out-manifest-list", lambda t, w: _sample(t, w / "m_list"), "expected a JSON object, got list", None),
     ("out-manifest-bad", lambda t, w: _sample(t, w / "m_bad"), "malformed JSON", None),
     # grade
-    ("grade-missing", lambda t, w: ["grade", str(w / "nope")], "no settings: not a polyvox run folder", None),
-    ("grade-file", lambda t, w: ["grade", str(w / "file.txt")], "no settings", None),
+    ("grade-missing", lambda t, w: ["grade", str(w / "nope")], "no such folder", None),
+    ("grade-file", lambda t, w: ["grade", str(w / "file.txt")], "a file, not a run folder", None),
     ("grade-foreign", lambda t, w: ["grade", str(w / "shipped")], "no settings", None),
     ("grade-malformed", lambda t, w: ["grade", str(w / "g_malformed")], "rollouts.jsonl:2: malformed JSON", None),
     ("grade-duplicate", lambda t, w: ["grade", str(w / "g_duplicate")], "rollouts.jsonl:3: duplicate key", None),

@@ -58,4 +58,4 @@ def test_collab_run_smoke_pipeline_and_skip_on_rerun(tmp_path, root):
     assert again.returncode == 0 and time.time() - t0 < 60
     bad = subprocess.run(cmd[:-2] + ["--out", str(out), "--stages", "eval,nope"], cwd=root, capture_output=True,
                          text=True, env=env)
-    assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1  # a usage error: refused as parsed
