@@ -142,7 +142,10 @@ def flash_self_check(device, dtype) -> bool:
                                                       scale=0.125)[0].float()
         ok = ok and bool(((got - ref).norm() / ref.norm()) < 2e-2)
     except Exception as exc:  # an older or newer kernel signature: the dense path still works
-        print(f"polyvox.decode: flash attention unavailable ({type(exc).__name__}: {exc}); using dense SDPA")
+        import warnings
+
+        warnings.warn(f"polyvox.decode: flash attention unavailable ({type(exc).__name__}: {exc}); "
+                      "using dense SDPA", stacklevel=2)
         ok = False
     _FLASH[key] = ok
     return ok
