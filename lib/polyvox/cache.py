@@ -18,9 +18,10 @@ is cached as it answered: a cached run gives the texts an uncached one would.
 Departure from ``CachingLM`` (SQLite, keyed by the model's arguments): the key holds
 the weights' hash, so a retrained checkpoint saved in the same folder misses; and the
 file is append-only JSONL that a reader can open, like every other polyvox record.
-What a key cannot see: the transformers backend seeds its random generator once per
-batch, so a sampled (temperature > 0) completion also depends on the batch it ran in
-— the cache returns the one it stored.
+Seeds: a request carries its own seed, and the transformers backend samples each request
+with it whatever batch it lands in (``hf.SeededSampler``), so a key's completion does not
+depend on its batch-mates; the cache returns the one it stored (on the GPU a bf16 rerun can
+differ from it at near ties, see ``bench/results/README.md``).
 """
 from __future__ import annotations
 

@@ -156,9 +156,17 @@ def register_backend(name: str):
     return deco
 
 
-def backend_class(kind: str):
-    from . import hf, openai, vllm  # noqa: F401 - importing registers them
+# where each backend registers itself, imported by name on first use: this module never imports
+# the backends statically (they import it), so the registry has no import cycle
+BACKEND_MODULES = {"transformers": "polyvox.backends.hf", "vllm": "polyvox.backends.vllm",
+                   "openai": "polyvox.backends.openai"}
 
+
+def backend_class(kind: str):
+    import importlib
+
+    if kind not in BACKENDS and kind in BACKEND_MODULES:
+        importlib.import_module(BACKEND_MODULES[kind])  # registers it
     if kind not in BACKENDS:
         raise ValueError(f"unknown backend {kind!r}; backends: {', '.join(sorted(BACKENDS))}")
     return BACKENDS[kind]
