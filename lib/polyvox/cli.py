@@ -4,7 +4,8 @@
     polyvox run CHAPTER -p key=value ... [--out DIR]
     polyvox sample --task T --format F --model M [--adapter A] --backend B --n N --out DIR ...
     polyvox merge SHARD_DIR ... --out DIR
-    polyvox grade DIR
+    polyvox grade DIR [--data-dir D] [--workers N] [--max-ungradable F]
+    polyvox explore RUN [--out FILE.ipynb] [--force]
     polyvox world run --out DIR [--scale smoke|h200] [--stages …] [--seeds …]
     polyvox rl --config FILE.yaml
     polyvox personas run --scale S --out DIR;  polyvox judge plan|run|tally …
