@@ -1,0 +1,320 @@
+"""Scales: ``configs/<study>/<scale>.yaml`` of the miniature world (Part IV), the persona basis
+(Part II) and collaboration (Part III, and its served form)."""
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from .errors import _show, as_dict, validate
+from .fields import (Dtype, Group, NonNeg, Pos, Prob, Rate, Seed, Seeds, Strict, Text, Url,
+                     _check_env, _check_url, _unique)
+
+
+class WorldModels(Strict):
+    seed: Seed
+    n_per_level: Annotated[int, Field(ge=10, description="an integer ≥ 10 (panel RL trains on a tenth of it)")]
+    hidden: Pos
+    layers: Pos
+    vocab: Annotated[int, Field(ge=64, description="an integer ≥ 64")]
+    seq_len: Annotated[int, Field(ge=16, le=2048, description="an integer in 16 … 2048 (the models' positions)")]
+    batch: Pos
+    base_steps: Pos
+    think_steps: Pos
+
+
+class WorldRL(Strict):
+    lora_rank: Pos
+    group: Group
+    prompts: Pos
+    stage_steps: Annotated[list[Pos], Field(min_length=2, max_length=2,
+                                            description="two integers ≥ 1 (the easy and the hard stage)")]
+    climb_steps: Pos
+    eval_every: Pos
+    lr: Rate
+    heldout_per_level: Pos
+    heldout_samples: Pos
+
+
+class WorldSampling(Strict):
+    max_tokens: Pos
+    batch_size: Pos
+    dtype: Dtype
+
+
+class WorldEval(Strict):
+    per_level: Pos
+    n: Pos
+    caps: Annotated[list[Pos], Field(min_length=1, description="a non-empty list of token caps ≥ 1")]
+    sweep_seeds: Annotated[list[Seed], Field(description="a list of the scale's seeds")]
+
+
+class WorldBands(Strict):
+    pool_per_level: Pos
+    group: Group
+
+
+class WorldScale(Strict):
+    """configs/world/<scale>.yaml (read by polyvox.studies.world.pipeline)."""
+
+    name: Text = None  # type: ignore[assignment] - a run's copy records its scale's name
+    seeds: Seeds
+    problems_seed: Seed
+    models: WorldModels
+    rl: WorldRL
+    sampling: WorldSampling
+    eval: WorldEval
+    bands: WorldBands
+
+    @field_validator("seeds")
+    @classmethod
+    def distinct_seeds(cls, v):
+        return _unique(v)
+
+    @model_validator(mode="after")
+    def sweep_seeds_are_seeds(self):
+        extra = [s for s in self.eval.sweep_seeds if s not in self.seeds]
+        if extra:
+            raise ValueError(f"eval.sweep_seeds: {extra} are not among the scale's seeds {self.seeds}")
+        return self
+
+
+# ---------------------------------------------------------------- scales: the persona basis (Part II)
+
+class PersonasModel(Strict):
+    path: Text
+
+
+class PersonasWorld(Strict):
+    n_users: Annotated[int, Field(ge=24, description="an integer ≥ 24 (8 preference types in each of 3 splits)")]
+    per_user: Pos
+    seed: Seed
+
+
+class PersonasRouter(Strict):
+    h: Pos
+    epochs: Pos
+    lr: Rate
+    seed: Seed
+
+
+class PersonasDistill(Strict):
+    top_k: Pos
+    lora_rank: Pos
+    lora_alpha: Pos
+    lr: Rate
+    steps: Pos
+    batch: Pos
+    save_every: Pos
+    validation_prompts: Pos
+    teacher_temperature: Rate
+
+
+class PersonasArms(Strict):
+    losses: Annotated[list[Literal["forward", "reverse"]],
+                      Field(min_length=1, description="a non-empty list of forward, reverse")]
+    seeds: Seeds
+
+    @field_validator("losses", "seeds")
+    @classmethod
+    def distinct(cls, v):
+        return _unique(v)
+
+
+class PersonasGenerate(Strict):
+    backend: Literal["transformers", "vllm"] = None  # type: ignore[assignment] - default transformers
+    max_tokens: Pos
+    batch_size: Pos
+    threads: Pos = None  # type: ignore[assignment] - default 1
+    dtype: Dtype = None  # type: ignore[assignment] - default: bf16 on a GPU, fp32 on a CPU
+    max_lora_rank: Pos = None  # type: ignore[assignment]
+    max_model_len: Pos = None  # type: ignore[assignment]
+
+
+class PersonasJudge(Strict):
+    kind: Literal["rubric", "openai"] = None  # type: ignore[assignment] - default rubric
+    chunk: Pos
+    n_boot: Pos
+    base_url: Url = None  # type: ignore[assignment]
+    model: Text = None  # type: ignore[assignment]
+    api_key_env: Text = None  # type: ignore[assignment]
+    concurrency: Pos = None  # type: ignore[assignment]
+    max_tokens: Pos = None  # type: ignore[assignment]
+
+    checked_url = field_validator("base_url")(classmethod(lambda cls, v: _check_url(v)))
+    checked_env = field_validator("api_key_env")(classmethod(lambda cls, v: _check_env(v)))
+
+    @model_validator(mode="after")
+    def kind_fields(self):
+        llm = ("base_url", "model", "api_key_env", "concurrency", "max_tokens")
+        if self.kind == "openai":
+            missing = [k for k in ("model", "base_url") if getattr(self, k) is None]
+            if missing:
+                raise ValueError(f"kind openai needs {' and '.join(missing)}")
+        else:
+            given = [k for k in llm if k in self.model_fields_set]
+            if given:
+                raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to kind: openai only "
+                                 "(the rubric judge reads none of them)")
+        return self
+
+
+class PersonasScale(Strict):
+    """configs/personas/<scale>.yaml and a run folder's scale.yaml (read by polyvox.studies.personas.pipeline)."""
+
+    name: Text = None  # type: ignore[assignment]
+    model: PersonasModel
+    world: PersonasWorld
+    router: PersonasRouter
+    distill: PersonasDistill
+    arms: PersonasArms
+    generate: PersonasGenerate
+    judge: PersonasJudge
+
+
+# ---------------------------------------------------------------- scales: collaboration (Part III)
+
+class CollabData(Strict):
+    world_levels: Annotated[list[Annotated[int, Field(ge=1, le=5)]],
+                            Field(min_length=1, description="a non-empty list of world levels 1 … 5")]
+    world_per_level: Pos
+    qa_n: Pos
+    seed: Seed
+
+    @field_validator("world_levels")
+    @classmethod
+    def distinct_levels(cls, v):
+        return _unique(v)
+
+
+class CollabSize(Strict):
+    hidden: Annotated[int, Field(ge=32, multiple_of=32, description="a multiple of 32 (32-wide attention heads)")]
+    layers: Pos
+    intermediate: Pos
+    steps: Pos
+
+
+class CollabSizes(Strict):
+    small: CollabSize
+    mid: CollabSize
+    big: CollabSize
+    large: CollabSize
+
+
+class CollabModels(Strict):
+    vocab: Annotated[int, Field(ge=64, description="an integer ≥ 64")]
+    seq_len: Annotated[int, Field(ge=16, le=1024, description="an integer in 16 … 1024 (the models' positions)")]
+    batch: Pos
+    lr: Rate
+    sizes: CollabSizes
+
+
+class CollabPD(Strict):
+    mode: Literal["lora", "full"] = None  # type: ignore[assignment] - default lora
+    rank: Pos
+    steps: Pos
+    lr: Rate
+    batch: Pos
+    slip: Prob
+
+
+class CollabRL(Strict):
+    steps: Pos
+    group: Group
+    prompts: Pos
+    problems: Pos
+    lr: Rate
+    max_tokens: Pos
+
+
+class CollabEval(Strict):
+    world_per_level: Pos
+    qa_n: Pos
+    t_max: Pos
+    max_retries: Seed
+    max_tokens: Pos
+    cascade_temperature: NonNeg
+    batch_size: Pos
+
+
+class CollabScale(Strict):
+    """configs/collab/<scale>.yaml, the miniature pool trained here (read by polyvox.studies.collab.pipeline)."""
+
+    name: Text = None  # type: ignore[assignment]
+    threads: Pos = None  # type: ignore[assignment] - torch intra-op threads (default: torch's)
+    data: CollabData
+    models: CollabModels
+    pd: CollabPD
+    rl: CollabRL
+    eval: CollabEval
+
+
+class Endpoint(Strict):
+    model: Text
+    base_url: Url
+    api_key_env: Text = None  # type: ignore[assignment]
+    concurrency: Pos = None  # type: ignore[assignment]
+
+    checked_url = field_validator("base_url")(classmethod(lambda cls, v: _check_url(v)))
+    checked_env = field_validator("api_key_env")(classmethod(lambda cls, v: _check_env(v)))
+
+
+class ServedModels(Strict):
+    note: Text
+
+
+class ServedPD(Strict):
+    rank: Pos
+    slip: Prob
+
+
+class ServedRL(Strict):
+    reward: Text
+    judge: Endpoint
+
+
+class CollabServedScale(Strict):
+    """A collab scale with ``endpoints``: OpenAI-compatible agents evaluated as served (configs/collab/full.yaml);
+    its training stages are recorded as external, so models, pd and rl document what was served."""
+
+    name: Text = None  # type: ignore[assignment]
+    threads: Pos = None  # type: ignore[assignment]
+    data: CollabData
+    models: ServedModels
+    pd: ServedPD
+    rl: ServedRL
+    eval: CollabEval
+    endpoints: dict[Text, dict[Text, Endpoint]]
+
+    @model_validator(mode="before")
+    @classmethod
+    def agents_of_each_system(cls, data):
+        # solo holds every model alone (large too); each other entry is a system of the three agents
+        if isinstance(data, dict) and isinstance(data.get("endpoints"), dict):
+            eps = data["endpoints"]
+            if "solo" not in eps:
+                raise ValueError("endpoints: missing solo (the single models: small, mid, big, large)")
+            for name, spec in eps.items():
+                want = {"small", "mid", "big", "large"} if name == "solo" else {"small", "mid", "big"}
+                if not isinstance(spec, dict) or set(spec) != want:
+                    got = sorted(spec) if isinstance(spec, dict) else _show(spec)
+                    raise ValueError(f"endpoints.{name}: expected the agents {', '.join(sorted(want))}, got {got}")
+        return data
+
+
+SCALES: dict[str, type[BaseModel]] = {"world": WorldScale, "personas": PersonasScale, "collab": CollabScale}
+
+
+def scale_model(study: str, data: dict) -> type[BaseModel] | None:
+    """The model a study's scale is checked against (collab: the served form when it names endpoints)."""
+    if study == "collab" and isinstance(data, dict) and "endpoints" in data:
+        return CollabServedScale
+    return SCALES.get(study)
+
+
+def check_scale(study: str, data: dict, source: str) -> dict:
+    """A scale's sections validated by its study's model, as a plain dict of the file's shape."""
+    model = scale_model(study, data)
+    if model is None:
+        return data
+    return as_dict(validate(model, data, source), data)
