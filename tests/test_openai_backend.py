@@ -4,19 +4,22 @@
   completions and chat endpoints, token usage, a whole `polyvox sample` run.
 - a small stdlib HTTP server that fails twice with 503/429 before answering, and records
   the Authorization header: retries with backoff, and the key read from the environment.
+- one that answers 429 with ``Retry-After``: the client waits the stated delay, not its own
+  backoff, and after the last attempt the error is typed and one line.
 """
 import http.server
 import json
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from conftest import serve
 
 from polyvox.records import Sample, read_jsonl
 from polyvox.backends import Request, SamplingParams
-from polyvox.backends.openai import OpenAIBackend
+from polyvox.backends.openai import OpenAIBackend, OpenAIServerError
 
 
 @pytest.fixture(scope="module")
@@ -130,3 +133,54 @@ def test_retries_on_503_and_429_and_reads_key_from_env(monkeypatch):
         assert "secret-value" not in str(err.value) and "rejected: Bearer <redacted>" in str(err.value)
     finally:
         srv.shutdown()
+
+
+class Throttled(http.server.BaseHTTPRequestHandler):
+    """Always 429 with ``Retry-After: 1`` and a body over several lines; keeps when each request came."""
+    times: list = []
+
+    def do_POST(self):  # noqa: N802
+        self.rfile.read(int(self.headers["Content-Length"]))
+        Throttled.times.append(time.monotonic())
+        body = b'{"error": {"message": "rate limited,\n   try again\r\n later"}}\n\n'
+        self.send_response(429)
+        self.send_header("Retry-After", "1")
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_429_waits_the_stated_retry_after_then_raises_one_typed_line():
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Throttled)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_port}"
+    try:
+        # the backend's own backoff is a millisecond: only the server's Retry-After explains a 1 s wait
+        backend = OpenAIBackend("m", base_url=url, api_key_env=None, max_retries=1, backoff_s=0.001)
+        with pytest.raises(OpenAIServerError) as err:
+            backend.generate([Request("hi")], SamplingParams(max_tokens=2))
+        first, second = Throttled.times
+        assert 0.95 <= second - first < 3
+        assert isinstance(err.value, RuntimeError) and err.value.status == 429
+        message = str(err.value)
+        assert "\n" not in message and "\r" not in message
+        assert message.startswith(f"{url}/v1/completions: HTTP 429: ") and "rate limited, try again later" in message
+    finally:
+        srv.shutdown()
+
+
+def test_a_refused_connection_is_retried_then_one_typed_line():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    backend = OpenAIBackend("m", base_url=f"http://127.0.0.1:{port}", api_key_env=None, max_retries=2, backoff_s=0.001)
+    with pytest.raises(OpenAIServerError) as err:
+        backend.generate([Request("hi")], SamplingParams(max_tokens=2))
+    assert err.value.status is None and "\n" not in str(err.value)
+    assert str(err.value).startswith(f"http://127.0.0.1:{port}/v1/completions: ")

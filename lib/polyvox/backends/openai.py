@@ -4,30 +4,36 @@ Formats map to endpoints: ``panel`` is a raw prompt for a base model and goes to
 ``/v1/completions``; ``think`` and ``plain`` go to ``/v1/chat/completions`` with the
 server's chat template and ``chat_template_kwargs = {"enable_thinking": …}``, the
 per-request switch both vLLM and ``transformers serve`` honour — so the two formats
-send different requests. Bounded concurrency; retries with exponential backoff on
-408/409/429/5xx, time-outs and refused connections.
+send different requests. Bounded concurrency (a thread pool over one client).
+
+Requests go through the official ``openai`` client: its time-outs, its retries (408, 409,
+429, 5xx, time-outs and refused connections; a server's ``Retry-After`` is honoured, up to
+two minutes, otherwise exponential backoff from ``backoff_s``) and its typed errors, which
+become one scrubbed line (:class:`OpenAIServerError`) after the last attempt. The request
+cache stays polyvox's (:mod:`polyvox.cache`): the client keeps nothing.
 
 Secrets. The API key is read from the environment variable named by ``api_key_env`` at
-each call and is never stored; credentials in the base URL (``http://user:pass@host``) are
-taken out of it when the backend is made and sent as a Basic ``Authorization`` header — the
-URL the backend keeps, names in its identity (manifests, cache keys) and prints in errors has
-none. What comes back is scrubbed of both (:func:`polyvox.records.scrub_text`: the value
-whole, escaped or encoded, and any piece of six or more of its characters) before anyone sees
-it: completions (so ``rollouts.jsonl``, the request cache and judges' raw replies), and error
-bodies, which are scrubbed before they are cut short. A key must be six or more printable
-ASCII characters without spaces — a shorter one could not be taken out of a text without
-cutting ordinary words out of it too.
+each request (an ``httpx`` auth hook owns the ``Authorization`` header; the client's own
+Bearer header, ``OPENAI_API_KEY`` and ``OPENAI_CUSTOM_HEADERS`` play no part) and is never
+stored; credentials in the base URL (``http://user:pass@host``) are taken out of it when the
+backend is made and sent as a Basic ``Authorization`` header — the URL the backend keeps,
+names in its identity (manifests, cache keys) and prints in errors has none. What comes back
+is scrubbed of both (:func:`polyvox.records.scrub_text`: the value whole, escaped or encoded,
+and any piece of six or more of its characters) before anyone sees it: completions (so
+``rollouts.jsonl``, the request cache and judges' raw replies), and error bodies, which are
+scrubbed before they are cut short. A key must be six or more printable ASCII characters
+without spaces — a shorter one could not be taken out of a text without cutting ordinary
+words out of it too.
 """
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import re
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 from ..formats import PANEL_STOP, FORMATS, Prompt, panel_prompt
@@ -36,6 +42,17 @@ from .base import Completion, Request, SamplingParams, register_backend
 
 MIN_KEY_CHARS = 6
 _KEY_SHAPE = re.compile(r"[\x21-\x7e]+")  # what an HTTP header carries safely: printable ASCII, no spaces
+
+
+class OpenAIServerError(RuntimeError):
+    """A request that failed after the client's last attempt: one line, scrubbed of every secret.
+
+    ``status`` is the HTTP status (None when no reply came: a time-out or a refused connection).
+    """
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(" ".join(message.split()))
+        self.status = status
 
 
 def split_credentials(base_url: str) -> tuple[str, str | None]:
@@ -64,17 +81,53 @@ def read_key(api_key_env: str | None) -> str | None:
     return key
 
 
+@functools.cache
+def _client_class():
+    """``openai.OpenAI`` whose backoff (when the server names no delay) starts at the backend's ``backoff_s``.
+
+    Imported on first use: ``import polyvox.backends`` stays light.
+    """
+    import httpx
+    import openai
+    from openai._constants import INITIAL_RETRY_DELAY
+
+    class Auth(httpx.Auth):
+        """Sets (or removes) ``Authorization`` on every request, from what the backend reads at that moment."""
+
+        def __init__(self, authorization):
+            self.authorization = authorization
+
+        def auth_flow(self, request):
+            request.headers.pop("Authorization", None)
+            value = self.authorization()
+            if value:
+                request.headers["Authorization"] = value
+            yield request
+
+    class Client(openai.OpenAI):
+        backoff_s: float | None = None
+
+        def _calculate_retry_timeout(self, remaining_retries, options, response_headers=None):
+            wait = super()._calculate_retry_timeout(remaining_retries, options, response_headers)
+            named = response_headers is not None and ("retry-after" in response_headers
+                                                      or "retry-after-ms" in response_headers)
+            if self.backoff_s is None or named:
+                return wait  # the client's own schedule, or the server's stated delay
+            return wait * self.backoff_s / INITIAL_RETRY_DELAY
+
+    return Client, Auth
+
+
 @register_backend("openai")
 class OpenAIBackend:
     """Any OpenAI-compatible server. The API key is read from the environment, never stored."""
 
     name = "openai"
-    RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
     ERROR_BODY_CHARS = 300
 
     def __init__(self, model: str, adapter: str | None = None, base_url: str = "http://127.0.0.1:8000",
                  api_key_env: str | None = "OPENAI_API_KEY", concurrency: int = 8, max_retries: int = 5,
-                 timeout_s: float = 600.0, backoff_s: float = 1.0):
+                 timeout_s: float = 600.0, backoff_s: float | None = None):
         if adapter:
             raise ValueError("the openai backend serves what the server loaded; pass the adapter to the server")
         self.base_url, self._userinfo = split_credentials(base_url)
@@ -82,6 +135,7 @@ class OpenAIBackend:
         self.api_key_env = api_key_env
         self._check_auth(read_key(api_key_env))
         self.concurrency, self.max_retries, self.timeout_s, self.backoff_s = concurrency, max_retries, timeout_s, backoff_s
+        self._client = None
 
     def _check_auth(self, key: str | None) -> None:
         if key and self._userinfo:
@@ -117,67 +171,85 @@ class OpenAIBackend:
             out += [self._userinfo, self._userinfo.partition(":")[2]]
         return tuple(s for s in out if s)
 
-    def _headers(self) -> dict:
-        headers = {"Content-Type": "application/json"}
+    def _authorization(self) -> str | None:
+        """The ``Authorization`` header's value now: the key from the environment, else the URL's credentials."""
         key = read_key(self.api_key_env)
         self._check_auth(key)
         if key:
-            headers["Authorization"] = f"Bearer {key}"
-        elif self._userinfo:
-            headers["Authorization"] = "Basic " + base64.b64encode(self._userinfo.encode()).decode()
-        return headers
+            return f"Bearer {key}"
+        if self._userinfo:
+            return "Basic " + base64.b64encode(self._userinfo.encode()).decode()
+        return None
 
-    def _post(self, path: str, payload: dict) -> dict:
-        headers = self._headers()
-        body = json.dumps(payload).encode()
-        for attempt in range(self.max_retries + 1):
-            req = urllib.request.Request(f"{self.base_url}{path}", data=body, headers=headers, method="POST")
-            try:
-                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                    raw = resp.read()
-                try:
-                    return json.loads(raw)
-                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                    raise RuntimeError(f"{self.base_url}{path}: a reply that is not JSON ({exc.__class__.__name__} "
-                                       f"at byte {getattr(exc, 'pos', getattr(exc, 'start', '?'))})") from None
-            except urllib.error.HTTPError as exc:
-                if exc.code not in self.RETRY_STATUS or attempt == self.max_retries:
-                    # scrubbed whole, then cut: a cut never leaves a piece of a key behind
-                    text = scrub_text(exc.read(1 << 16).decode(errors="replace"), *self.secrets())
-                    detail = " ".join(text.split())[:self.ERROR_BODY_CHARS]
-                    raise RuntimeError(f"{self.base_url}{path}: HTTP {exc.code}: {detail}") from None
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
-                if attempt == self.max_retries:
-                    raise RuntimeError(scrub_text(f"{self.base_url}{path}: {exc}", *self.secrets())) from None
-            time.sleep(self.backoff_s * 2 ** attempt)
-        raise AssertionError("unreachable")
+    def client(self):
+        """The ``openai.OpenAI`` client (made on first use, shared by the worker threads); it holds no key."""
+        if self._client is None:
+            import openai
+
+            cls, auth = _client_class()
+            client = cls(base_url=f"{self.base_url}/v1", api_key=lambda: "", max_retries=self.max_retries,
+                         timeout=self.timeout_s, http_client=openai.DefaultHttpxClient(auth=auth(self._authorization)))
+            client.backoff_s = self.backoff_s
+            self._client = client
+        return self._client
+
+    def _create(self, path: str, **kwargs):
+        """One request through the client (its retries included); failures as :class:`OpenAIServerError`."""
+        import openai
+
+        self._authorization()  # a key of the wrong shape, or a key and URL credentials: refused before sending
+        client, url = self.client(), f"{self.base_url}{path}"
+        endpoint = client.chat.completions if path.endswith("/chat/completions") else client.completions
+        try:
+            # the client's own Authorization header is left out: the auth hook sets it
+            reply = endpoint.create(model=self.model, extra_headers={"Authorization": openai.omit}, **kwargs)
+        except openai.APIStatusError as exc:
+            # scrubbed whole, then cut: a cut never leaves a piece of a key behind
+            text = scrub_text(exc.response.text, *self.secrets())
+            detail = " ".join(text.split())[:self.ERROR_BODY_CHARS]
+            raise OpenAIServerError(f"{url}: HTTP {exc.status_code}: {detail}", exc.status_code) from None
+        except openai.APITimeoutError:
+            raise OpenAIServerError(f"{url}: no reply within {self.timeout_s:g} s "
+                                    f"({self.max_retries + 1} attempts)") from None
+        except openai.APIConnectionError as exc:
+            raise OpenAIServerError(scrub_text(f"{url}: {exc.__cause__ or exc}", *self.secrets())) from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:  # declared JSON, and it is not
+            raise RuntimeError(f"{url}: a reply that is not JSON ({exc.__class__.__name__} at byte "
+                               f"{getattr(exc, 'pos', getattr(exc, 'start', '?'))})") from None
+        if isinstance(reply, str):  # the client hands back a body it could not read as JSON as its text
+            raise RuntimeError(f"{url}: a reply that is not JSON ({len(reply)} characters)")
+        return reply
 
     def _one(self, r: Request, params: SamplingParams) -> Completion:
-        common = {"model": self.model, "max_tokens": params.max_tokens, "temperature": params.temperature,
-                  "top_p": params.top_p, "seed": r.seed}
+        common = {"max_tokens": params.max_tokens, "temperature": params.temperature, "top_p": params.top_p,
+                  "seed": r.seed}
         if params.stop:
             common["stop"] = list(params.stop)
         t0 = time.perf_counter()
         if r.chat:
-            payload = {**common, "messages": [{"role": "user", "content": r.prompt}]}
-            if r.template_kwargs:
-                payload["chat_template_kwargs"] = dict(r.template_kwargs)
-            data = self._post("/v1/chat/completions", payload)
-            choice = data.get("choices") or [{}] if isinstance(data, dict) else [{}]
-            text = (choice[0].get("message") or {}).get("content") or ""
+            extra = {"chat_template_kwargs": dict(r.template_kwargs)} if r.template_kwargs else None
+            data = self._create("/v1/chat/completions", messages=[{"role": "user", "content": r.prompt}],
+                                extra_body=extra, **common)
         else:
-            data = self._post("/v1/completions", {**common, "prompt": r.prompt})
-            choice = data.get("choices") or [{}] if isinstance(data, dict) else [{}]
-            text = choice[0].get("text", "")
-        if not isinstance(data, dict) or not data.get("choices"):
+            data = self._create("/v1/completions", prompt=r.prompt, **common)
+        choices = _get(data, "choices")
+        if not isinstance(choices, list) or not choices:
             raise RuntimeError(f"{self.base_url}: a reply without choices")
-        usage = data.get("usage") or {}
-        finish = choice[0].get("finish_reason") or "stop"
+        choice = choices[0]
+        text = _get(_get(choice, "message"), "content") if r.chat else _get(choice, "text")
+        usage = _get(data, "usage")
+        finish = _get(choice, "finish_reason") or "stop"
         # a server may echo what it was sent (the Authorization header among it): never pass it on
-        text = scrub_text(str(text), *self.secrets())
-        return Completion(text, int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)),
+        text = scrub_text(str(text or ""), *self.secrets())
+        return Completion(text, int(_get(usage, "prompt_tokens") or 0), int(_get(usage, "completion_tokens") or 0),
                           "length" if finish == "length" else "stop", time.perf_counter() - t0)
 
     def generate(self, requests: list[Request], params: SamplingParams) -> list[Completion]:
+        self.client()
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
             return list(pool.map(lambda r: self._one(r, params), requests))
+
+
+def _get(obj, name: str):
+    """A field of a reply the client built without validating it (a model, or a dict it kept as one), or None."""
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
