@@ -12,8 +12,12 @@ venv: .venv/.installed
 	$(PIP) install -q --upgrade pip
 	# torch first and exact: the CPU wheel; a looser spec pulls a multi-GB CUDA build
 	$(PIP) install -q torch==2.13.0
+	# the exact environment: core, the book, embed and dev extras (pyproject.toml), every pin
 	$(PIP) install -q -r requirements.lock
-	$(PIP) install -q --no-deps -e .
+	# polyvox itself, editable, as polyvox[dev]: its requirements are all in the lock already
+	$(PIP) install -q --no-deps -e ".[dev]"
+	# the lock meets pyproject.toml's ranges (tests/test_dependencies.py checks the extras too)
+	$(PIP) check
 	touch $@
 
 book: venv
@@ -34,7 +38,8 @@ lint-imports: venv
 	.venv/bin/lint-imports --no-cache
 
 # regenerate requirements.lock: the exact environment of pyproject.toml's dependencies and
-# the dev extra, resolved in a scratch venv (torch from its CPU wheel first)
+# the dev extra (which names the book and embed extras), resolved in a scratch venv (torch from
+# its CPU wheel first); the gpu extra is left out (requirements-gpu.txt: vLLM pins its own torch)
 lock:
 	rm -rf .lock-venv && python3 -m venv .lock-venv
 	.lock-venv/bin/pip install -q --upgrade pip
