@@ -1,0 +1,142 @@
+"""Re-running works for every chapter that generates or reads a run (``generate=true`` or ``runs=``).
+
+Each such chapter runs end to end through the real command line (``.venv/bin/polyvox run CHAPTER -p …
+--out …``) on a CPU with the tiny models shipped in ``data/models/``, at the smallest settings. The
+commands run in a copy of the repository (its working directory, as from a fresh clone), and after
+each one the copy's tree is compared with a snapshot taken before: nothing may be written outside
+``--out`` (a generating chapter's own ``out`` is given inside it). Every text file of a run names no
+absolute path (paths inside a run are relative to it or to the repository root). A failed chapter
+run's folder is resumed by the same command.
+
+Slow tier (``-m slow``): about a minute and a half on 2 cores, most of it the collab and world
+pipelines at their ``smoke`` scale.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+POLYVOX = ROOT / ".venv" / "bin" / "polyvox"
+COPIED = ("_toc.yml", "_config.yml", "requirements.lock", "pyproject.toml", "notebooks", "data", "configs")
+IGNORED = {".pytest_cache", "__pycache__", ".ipynb_checkpoints"}
+# what the real repository may gain while these tests run: other work in progress, never a run's output
+REPO_BUSY = {".git", ".pytest_cache", ".venv", "lib", "tests", "_build", "bench", "scripts", "book"}
+
+TINY_PANEL = ["-p", "generate=true", "-p", "backend=transformers", "-p", "base_model=data/models/tiny-base",
+              "-p", "adapter=null", "-p", "thinking_model=data/models/tiny-think", "-p", "limit=2",
+              "-p", "n_panel=1", "-p", "n_thinking=1", "-p", "panel_max_tokens=16", "-p", "thinking_max_tokens=16"]
+
+
+def tree(top: Path, skip: set[str] = frozenset()) -> dict[str, tuple[int, int]]:
+    """Every file under top (relative path → size, mtime in ns), minus caches and the skipped top folders."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(top):
+        rel = Path(dirpath).relative_to(top)
+        dirnames[:] = [d for d in dirnames if d not in IGNORED and not (rel == Path(".") and d in skip)]
+        for f in filenames:
+            st = (Path(dirpath) / f).stat()
+            out[(rel / f).as_posix()] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+@pytest.fixture(scope="module")
+def real_repo_before():
+    return tree(ROOT, REPO_BUSY)
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory, real_repo_before) -> Path:
+    """A copy of what a chapter run reads (notebooks, data with the shipped models, configs), as a checkout."""
+    dest = tmp_path_factory.mktemp("rerun") / "polyvox"
+    dest.mkdir()
+    for name in COPIED:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns(*IGNORED))
+        elif src.exists():
+            shutil.copy(src, dest / name)
+    (dest / "runs").mkdir()
+    return dest
+
+
+def polyvox_run(repo: Path, chapter: str, out: str, params: list[str], ok: bool = True) -> subprocess.CompletedProcess:
+    """``.venv/bin/polyvox run CHAPTER PARAMS --out OUT`` from the copy's root; checks that the copy changed
+    only under OUT, and (when it succeeded) that no text file of the run names an absolute path."""
+    before = tree(repo)
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env["HF_HUB_OFFLINE"] = "1"
+    proc = subprocess.run([str(POLYVOX), "run", chapter, *params, "--out", out], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=300)
+    after = tree(repo)
+    prefix = out.rstrip("/") + "/"
+    outside = sorted(p for p in set(before) | set(after)
+                     if before.get(p) != after.get(p) and not p.startswith(prefix))
+    assert not outside, f"{chapter}: written outside --out {out}: {outside[:10]}"
+    if ok:
+        assert proc.returncode == 0, f"{chapter} failed:\n{proc.stderr[-3000:]}"
+        absolute = absolute_paths(repo / out, repo)
+        assert not absolute, f"{chapter}: absolute paths in the run's files: {absolute[:10]}"
+    return proc
+
+
+def absolute_paths(run: Path, repo: Path) -> list[str]:
+    """Text files of the run that name the checkout's or the run's absolute path."""
+    found = []
+    needles = {str(repo), str(repo.resolve())}
+    for p in sorted(run.rglob("*")):
+        if not p.is_file() or p.suffix in (".safetensors", ".bin", ".pt", ".png") or p.stat().st_size > 50_000_000:
+            continue
+        try:
+            text = p.read_text()
+        except UnicodeDecodeError:
+            continue
+        if any(n in text for n in needles):
+            found.append(p.relative_to(repo).as_posix())
+    return found
+
+
+def test_panel_accuracy_generates_on_tiny_models_then_length_and_explorer_read_its_run(repo):
+    polyvox_run(repo, "panel/accuracy", "runs/smoke", TINY_PANEL)
+    for bench in ("math_l5", "aime"):
+        for system in ("panel", "thinking"):
+            assert (repo / "runs/smoke" / bench / system / "graded.jsonl").exists(), (bench, system)
+    polyvox_run(repo, "panel/length", "runs/smoke-length", ["-p", "runs=runs/smoke"])
+    polyvox_run(repo, "panel/explorer", "runs/smoke-explorer", ["-p", "runs=runs/smoke"])
+    text = (repo / "runs/smoke-explorer/explorer.ipynb").read_text()
+    assert "pv-x" in text
+
+
+def test_a_failed_chapter_run_is_resumed_by_the_same_command(repo):
+    """panel/length on a run that is not there yet fails (its folder says so); once the run exists, the same
+    command completes in the same folder; other settings are refused there."""
+    args = ("panel/length", "runs/resume-length", ["-p", "runs=runs/resume-smoke"])
+    failed = polyvox_run(repo, *args, ok=False)
+    assert failed.returncode != 0
+    assert json.loads((repo / "runs/resume-length/manifest.json").read_text())["status"] == "failed"
+    other = polyvox_run(repo, "panel/length", "runs/resume-length", ["-p", "runs=runs/elsewhere"], ok=False)
+    assert other.returncode != 0
+    shutil.copytree(repo / "runs/smoke", repo / "runs/resume-smoke") if (repo / "runs/smoke").exists() else \
+        polyvox_run(repo, "panel/accuracy", "runs/resume-smoke", TINY_PANEL)
+    polyvox_run(repo, *args)
+    assert json.loads((repo / "runs/resume-length/manifest.json").read_text())["status"] == "ok"
+
+
+@pytest.mark.parametrize("chapter", ["personas/persona_basis", "collab/miniature", "world/replication"])
+def test_a_generating_chapter_runs_its_pipeline_at_smoke_scale_inside_out(repo, chapter):
+    out = f"runs/{chapter.replace('/', '-')}"
+    polyvox_run(repo, chapter, out, ["-p", "generate=true", "-p", "scale=smoke", "-p", f"out={out}/run"])
+    assert (repo / out / "run").is_dir() and any((repo / out / "run").iterdir())
+
+
+def test_nothing_was_written_into_the_real_repository(repo, real_repo_before):
+    """The commands ran in the copy; the real checkout gained or changed no file outside work in progress."""
+    after = tree(ROOT, REPO_BUSY)
+    changed = sorted(p for p in set(real_repo_before) | set(after) if real_repo_before.get(p) != after.get(p))
+    assert not changed, changed[:10]
