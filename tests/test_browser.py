@@ -6,14 +6,15 @@ Every page is visited once (all ``<details>`` opened) and checked for: elements 
 the main column that are not inside a horizontal scroll container, console errors (and
 requests that leave 127.0.0.1: the book must read offline), images without alt text, and
 internal links that do not resolve. Each test reports *every* offending page in one
-assertion message. The explorer is driven: search filters rows, a header click sorts, the
-page-length menu works, and the side-by-side view typesets math (MathJax) for problem ``a``.
+assertion message. The explorer (``.pv-x``) is driven: search filters rows, a header click sorts, the
+page-length menu works, and a row opens both traces with math typeset (MathJax) for problem ``a``.
 Screenshots of what a reader sees first (1280×900) go to ``_build/screenshots/``.
 
 The book: ``POLYVOX_BOOK_HTML`` (a built ``_build/html``) if set; else the session's one
 build (``conftest.built_book``, shared with ``tests/test_book.py``, which rebuilds only on a copy).
 """
 import functools
+import json
 import os
 import re
 import shutil
@@ -307,51 +308,62 @@ def test_screenshots_of_intro_a_part_one_chapter_and_the_explorer(visited, root)
         assert shot.exists() and shot.stat().st_size > 10_000, shot
 
 
-def _column(container, title):
-    heads = [h.strip() for h in container.locator(".dt-scroll-head thead th").all_inner_texts()]
-    idx = heads.index(title)
-    return [r.locator("td").nth(idx).inner_text().strip()
-            for r in container.locator(".dt-scroll-body tbody tr").all()]
+def _search_text(row) -> str:
+    return " ".join([row["id"], row["label"], row["text"], row["gold"]]
+                    + [st["shown"] for st in row["stats"].values()]).lower()
 
 
-def test_explorer_search_filters_header_click_sorts_and_math_renders(browser, server):
+def test_explorer_search_filters_header_click_sorts_row_opens_traces_and_math_renders(browser, server):
+    """The chapter's explorer (``ro.explorer()``, root ``.pv-x``): 10 of the 20 case-study problems per page, the
+    page-length menu, the search box, a header click sorting by a system's length, a row opening both traces
+    side by side with MathJax-typeset math (tests/test_explore_browser.py drives every control on runs)."""
     page, errors, _ = open_page(browser, f"{server}/book/panel/explorer.html")
     at_load = len(errors)  # errors on load are the console test's; here: none from using the explorer
-    container = page.locator(".dt-container").first  # scrollX: header and body are two tables
-    body_rows = container.locator(".dt-scroll-body tbody tr")
-    rows = lambda: body_rows.count()  # noqa: E731
-    assert rows() == 10  # the first page of 20 problems
+    page.wait_for_selector(".pv-x tr.pv-row")
+    x = page.locator(".pv-x").first
+    data = json.loads(x.locator("script[type='application/json']").first.text_content())
+    g = data["groups"][0]
+    assert len(g["rows"]) == 20 and data["embedded"]["problems"] == 20
+    rows = lambda: [r.get_attribute("data-pid") for r in x.locator("tbody tr.pv-row").all()]  # noqa: E731
+    assert len(rows()) == 10 and "of 20 problems" in x.locator(".pv-info").inner_text()
     # the page-length menu shows its choices and changes the page
-    menu = container.locator("select")
-    assert menu.locator("option").all_inner_texts()[:2] == ["10", "25"]
+    menu = x.locator("select.pv-len")
+    assert menu.locator("option").all_inner_texts() == ["10", "25", "50", "100", "all"]
     box = menu.bounding_box()
     assert box and box["width"] >= 30, f"page-length menu {box}"
     menu.select_option("25")
-    assert rows() == 20
+    assert len(rows()) == 20
     # typing in the search box filters rows
-    container.locator("input[type=search]").fill("circle")
+    want = [r["id"] for r in g["rows"] if "circle" in _search_text(r)]
+    x.locator("input.pv-search").fill("circle")
     page.wait_for_timeout(300)
-    texts = body_rows.all_inner_texts()
-    assert 1 <= len(texts) < 20 and all("circle" in t.lower() for t in texts), texts
-    container.locator("input[type=search]").fill("")
+    assert rows() == want and 1 <= len(want) < 20, want
+    x.locator("input.pv-search").fill("")
     page.wait_for_timeout(300)
-    assert rows() == 20
-    # a click on the header text (not only its arrow) sorts by that column, a second click reverses
-    header = container.locator(".dt-scroll-head thead th", has_text="thinking: words")
-    title = header.locator(".dt-column-title")
-    (title if title.count() else header).click()
-    page.wait_for_timeout(200)
-    first = [int(x) for x in _column(container, "thinking: words")]
-    assert first == sorted(first) and first != sorted(first, reverse=True)
+    assert len(rows()) == 20
+    # a header click sorts by a system's length (largest first), a second click reverses
+    system = g["systems"][-1]
+    length = {r["id"]: r["stats"][system]["length"] for r in g["rows"] if system in r["stats"]}
+    header = x.locator(f"th.pv-sort[data-key='l:{system}']")
     header.click()
     page.wait_for_timeout(200)
-    second = [int(x) for x in _column(container, "thinking: words")]
-    assert second == sorted(second, reverse=True)
-    # side by side: problem a (the circle through (0,0), (8,0), (0,6)) with math typeset by MathJax
-    pair = page.locator(".pv-explore", has_text="Problem a").first
-    assert "A circle passes through the points" in pair.inner_text()
-    assert pair.locator("mjx-container").count() >= 5, "no MathJax-rendered math in the side-by-side view"
-    assert "\\(" not in pair.inner_text() and "\\n" not in pair.inner_text()
+    first = [length[k] for k in rows() if k in length]
+    assert first == sorted(first, reverse=True) and first != sorted(first)
+    header.click()
+    page.wait_for_timeout(200)
+    second = [length[k] for k in rows() if k in length]
+    assert second == sorted(second)
+    # a row opens the problem (the circle through (0,0), (8,0), (0,6)) and both traces, math typeset by MathJax
+    pid = want[0]
+    x.locator(f"tr.pv-row[data-pid='{pid}']").click()
+    detail = x.locator(f"tr.pv-detail[data-pid='{pid}']")
+    assert detail.is_visible() and detail.locator(".pv-col").count() == 2
+    assert "A circle passes through the points" in detail.inner_text()
+    page.wait_for_timeout(500)
+    assert detail.locator("mjx-container").count() >= 5, "no MathJax-rendered math in the opened traces"
+    assert "\\(" not in detail.inner_text() and "\\n" not in detail.inner_text()
+    # the static side-by-side section below the explorer still renders its math
+    assert page.locator(".pv-explore mjx-container").count() >= 1
     assert not errors[at_load:], errors[at_load:]
     page.close()
 
