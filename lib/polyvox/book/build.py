@@ -51,18 +51,18 @@ from pathlib import Path
 
 import yaml
 
+from .. import paths
 from .render import BookError, corrections_page, load_corrections, render
 
 CACHE_DIR = Path("_build/.polyvox")
 
 
 def find_root(start: os.PathLike | str | None = None) -> Path:
-    """The repository root: the nearest folder above start holding _toc.yml and _config.yml."""
-    here = Path(start or os.getcwd()).resolve()
-    for p in (here, *here.parents):
-        if (p / "_toc.yml").exists() and (p / "_config.yml").exists():
-            return p
-    raise BookError(f"no _toc.yml/_config.yml found at or above {here}")
+    """:func:`polyvox.paths.find_root` (the repository root), none found being a BookError here."""
+    try:
+        return paths.find_root(start)
+    except FileNotFoundError as exc:
+        raise BookError(str(exc)) from None
 
 
 def repo_path(path: os.PathLike | str) -> Path:

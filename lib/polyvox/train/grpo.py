@@ -102,15 +102,18 @@ def evaluate(model, tokenizer, arm: str, problems, samples: int = 4, max_tokens:
     """Mean accuracy over problems × samples at temperature 1 (and per level).
 
     Sample ``i`` of problem ``p`` is seeded as :func:`polyvox.runs.sample` seeds it
-    (``runs.sample_seed(seed, p.id, i)``), so two problems never share a noise stream.
+    (``runs.sample_seed(seed, p.id, i)``), so two problems never share a noise stream, and
+    graded as :func:`polyvox.runs.grade` grades (:func:`polyvox.runs.grade_completions` with
+    the held-out task's ``grader``), in memory.
     """
     from ..backends.hf import Request, SamplingParams, generate_batched
-    from ..runs import sample_seed
+    from ..runs import grade_completions, sample_seed
 
     reqs = [Request(prompt_for(arm, p.text, tokenizer), seed=sample_seed(seed, p.id, i))
             for p in problems for i in range(samples)]
     outs = generate_batched(model, tokenizer, reqs, SamplingParams(max_tokens, 1.0), batch_size, device)
-    correct = np.array([reward(arm, o.text, p.gold, grader=grader)[1] for o, p in zip(outs, [p for p in problems for _ in range(samples)])])
+    grades = grade_completions(grader, [o.text for o in outs], [p.gold for p in problems for _ in range(samples)])
+    correct = np.array([g.correct for g in grades], dtype=float)
     per_problem = correct.reshape(len(problems), samples).mean(axis=1)
     levels = {}
     for p, acc in zip(problems, per_problem):

@@ -1,0 +1,124 @@
+"""Merging shards: complete shard folders of one run joined by key into a new run folder.
+
+Everything is checked before anything is written (the shards are only read); an interrupted
+merge is redone by running it again.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..records import (KIND_SAMPLE, RecordError, RunLock, Sample, append_jsonl, check_folder_kind, from_dict,
+                       iter_jsonl, manifest_kind, now_iso, read_manifest, write_manifest)
+from .folder import MANIFEST, ROLLOUTS, _is_int, _jsonable, _out_path
+
+
+def _shard_manifest(d: Path) -> tuple[dict, dict]:
+    """A shard folder's manifest and settings, checked read-only: a complete sample run of one shard."""
+    if not d.exists():
+        raise ValueError(f"{d}: no such folder")
+    if not d.is_dir():
+        raise ValueError(f"{d}: a file, not a run folder")
+    manifest = read_manifest(d)
+    settings = manifest.get("settings")
+    if not isinstance(settings, dict) or not settings:
+        raise RecordError(d / MANIFEST, None, "no settings: not a polyvox run folder")
+    kind = manifest_kind(manifest)
+    if kind != KIND_SAMPLE:
+        raise ValueError(f"{d}: holds a {kind or 'unrecognised'} run, not a sample run; merge joins sample shards")
+    if settings.get("shard") == "merged":
+        raise ValueError(f"{d}: a merged run, not a shard; merge the shards it was merged from")
+    shard, nshards = settings.get("shard"), settings.get("nshards")
+    if not (_is_int(shard) and _is_int(nshards) and 0 <= shard < nshards):
+        raise RecordError(d / MANIFEST, None, f"settings.shard {shard!r} of nshards {nshards!r} is not a shard")
+    if not isinstance(settings.get("problems_sha256"), str):
+        raise RecordError(d / MANIFEST, None, "settings.problems_sha256 missing: the shard's problems are unknown")
+    if not (_is_int(settings.get("n")) and settings["n"] >= 1):
+        raise RecordError(d / MANIFEST, None, f"settings.n should be an integer ≥ 1, got {settings.get('n')!r}")
+    if manifest.get("status") != "complete":
+        raise ValueError(f"{d}: shard {shard} is not complete (status {manifest.get('status')!r}); finish it first "
+                         "(a rerun of polyvox sample resumes it), then merge")
+    return manifest, settings
+
+
+def _merge_plan(shard_dirs: list[Path]) -> tuple[dict, list[Sample], dict | None]:
+    """Read-only: the merged settings, the merged samples (sorted by key) and the problems' digests."""
+    base, first = None, None
+    merged: dict[tuple[str, int], Sample] = {}
+    origin: dict[tuple[str, int], Path] = {}
+    hashes: dict[str, str] = {}
+    digests: dict | None = {}
+    for d in shard_dirs:
+        manifest, settings = _shard_manifest(d)
+        common = {k: v for k, v in settings.items() if k not in ("shard", "problems_sha256")}
+        if base is None:
+            base, first = common, d
+        elif common != base:
+            changed = sorted(k for k in set(base) | set(common) if base.get(k) != common.get(k))
+            raise ValueError(f"{d}: a shard of another run ({', '.join(changed)} differ from {first})")
+        path, count = d / ROLLOUTS, 0
+        for line, obj in iter_jsonl(path):
+            s = from_dict(Sample, obj, path, line)
+            if s.key in merged:
+                raise RecordError(path, line, f"key {s.key} is also in another shard ({origin[s.key]})")
+            if not 0 <= s.sample_index < settings["n"]:
+                raise RecordError(path, line, f"sample_index {s.sample_index} is outside 0 … {settings['n'] - 1}")
+            merged[s.key], origin[s.key] = s, d
+            count += 1
+        if count != manifest.get("records"):
+            raise RecordError(path, None, f"{count} records, but the shard's manifest says "
+                                          f"{manifest.get('records')!r}: the shard is not complete")
+        if str(settings["shard"]) in hashes:
+            raise ValueError(f"{d}: shard {settings['shard']} is given twice")
+        hashes[str(settings["shard"])] = settings["problems_sha256"]
+        pd = manifest.get("problem_digests")
+        digests = {**digests, **pd} if isinstance(pd, dict) and digests is not None else None
+    settings = {**base, "shard": "merged", "merged_from": [d.name for d in shard_dirs],
+                "shard_problems_sha256": hashes}
+    return settings, sorted(merged.values(), key=lambda s: s.key), digests
+
+
+def _check_merge_out(out: Path, settings: dict) -> None:
+    """Read-only: out is new, empty, or an interrupted merge of these very shards (which is redone)."""
+    check_folder_kind(out, KIND_SAMPLE)
+    manifest = read_manifest(out) if out.is_dir() else {}
+    if manifest:
+        if manifest.get("status") == "merging" and manifest.get("settings") == settings:
+            return
+        raise ValueError(f"{out}: holds a run already (status {manifest.get('status')!r}); merge writes a new folder")
+    if (out / ROLLOUTS).exists():
+        raise ValueError(f"{out / ROLLOUTS} exists; merge writes a new folder")
+
+
+def merge(shard_dirs: list[str | Path], out: str | Path) -> Path:
+    """Join complete shard folders into one run (by key); shards of different settings are refused.
+
+    Everything is checked before anything is written, then under out's lock: the manifest is
+    written first (``status: merging``), the records go to a temporary file renamed into place,
+    and the manifest says ``complete`` last. A merge killed at any instant leaves the shards as
+    they were and out either without a run or ``merging``; running the same merge again redoes it.
+    """
+    shard_dirs = [Path(d) for d in shard_dirs]
+    if not shard_dirs:
+        raise ValueError("merge needs at least one shard folder")
+    out = _out_path(out)
+    settings, samples, digests = _merge_plan(shard_dirs)
+    _check_merge_out(out, settings)
+    with RunLock(out):
+        _check_merge_out(out, settings)  # again under the lock: another merge may have begun meanwhile
+        fields = {"kind": KIND_SAMPLE, "settings": _jsonable(settings), "started": now_iso()}
+        if digests:
+            fields["problem_digests"] = digests
+        tmp = out / (ROLLOUTS + ".tmp")
+        try:
+            write_manifest(out, **fields, status="merging")
+            tmp.unlink(missing_ok=True)
+            (out / ROLLOUTS).unlink(missing_ok=True)
+            append_jsonl(tmp, samples)
+            os.replace(tmp, out / ROLLOUTS)
+            write_manifest(out, **fields, finished=now_iso(), status="complete", records=len(samples))
+        except Exception:
+            for name in (ROLLOUTS + ".tmp", ROLLOUTS, MANIFEST):  # ours: out held no run before
+                (out / name).unlink(missing_ok=True)
+            raise
+    return out
