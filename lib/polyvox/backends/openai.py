@@ -13,9 +13,9 @@ become one scrubbed line (:class:`OpenAIServerError`) after the last attempt. Th
 cache stays polyvox's (:mod:`polyvox.cache`): the client keeps nothing.
 
 Secrets. The API key is read from the environment variable named by ``api_key_env`` at
-each request (an ``httpx`` auth hook owns the ``Authorization`` header; the client's own
-Bearer header, ``OPENAI_API_KEY`` and ``OPENAI_CUSTOM_HEADERS`` play no part) and is never
-stored; credentials in the base URL (``http://user:pass@host``) are taken out of it when the
+each request (an ``httpx`` auth hook owns the ``Authorization`` header: the client's own Bearer
+header is left out, and neither ``OPENAI_API_KEY`` nor an Authorization line of
+``OPENAI_CUSTOM_HEADERS`` reaches the server) and is never stored; credentials in the base URL (``http://user:pass@host``) are taken out of it when the
 backend is made and sent as a Basic ``Authorization`` header — the URL the backend keeps,
 names in its identity (manifests, cache keys) and prints in errors has none. What comes back
 is scrubbed of both (:func:`polyvox.records.scrub_text`: the value whole, escaped or encoded,
