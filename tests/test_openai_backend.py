@@ -184,3 +184,27 @@ def test_a_refused_connection_is_retried_then_one_typed_line():
         backend.generate([Request("hi")], SamplingParams(max_tokens=2))
     assert err.value.status is None and "\n" not in str(err.value)
     assert str(err.value).startswith(f"http://127.0.0.1:{port}/v1/completions: ")
+
+
+def test_no_key_but_the_named_variable_reaches_the_server(monkeypatch):
+    """The openai client's own sources of a key (OPENAI_API_KEY, OPENAI_CUSTOM_HEADERS) send nothing."""
+    class Auth(Recording):
+        auth: list = []
+
+        def do_POST(self):  # noqa: N802
+            Auth.auth.append(self.headers.get("Authorization"))
+            super().do_POST()
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-not-for-this-server")
+    monkeypatch.setenv("OPENAI_CUSTOM_HEADERS", "Authorization: Bearer not-this-either")
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Auth)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_port}"
+        OpenAIBackend("m", base_url=url, api_key_env=None).generate([Request("hi")], SamplingParams(max_tokens=2))
+        monkeypatch.setenv("POLYVOX_TEST_KEY", "the-named-key")
+        OpenAIBackend("m", base_url=url, api_key_env="POLYVOX_TEST_KEY").generate([Request("hi")],
+                                                                                   SamplingParams(max_tokens=2))
+        assert Auth.auth == [None, "Bearer the-named-key"]
+    finally:
+        srv.shutdown()
