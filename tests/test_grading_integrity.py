@@ -299,7 +299,7 @@ def test_timeouts_are_counted_from_math_verify_exceptions_not_its_log(root):
         import logging
         from polyvox import grading
         logging.disable(logging.CRITICAL)  # nothing reaches any handler
-        grading.MV_TIMEOUT_S = 1
+        grading.mathverify.MV_TIMEOUT_S = 1  # the module that reads it
         deep = grading.grade("math", "\\boxed{" + "\\frac{1}{" * 3000 + "2" + "}" * 3000 + "}", "1")
         fine = grading.grade("math", "\\boxed{\\frac{1}{2}}", "0.5")
         print(deep.status, fine.status, fine.correct)
@@ -314,12 +314,52 @@ def test_timeouts_are_counted_from_math_verify_exceptions_not_its_log(root):
 def test_grading_reads_neither_log_records_nor_private_pool_state():
     import inspect
 
-    source = inspect.getsource(grading)
-    assert "_processes" not in source and "logging.Handler)" not in source
+    for module in (grading, grading.graders, grading.mathverify, grading.pool):
+        source = inspect.getsource(module)
+        assert "_processes" not in source and "logging.Handler)" not in source
     for name in ("math_verify", "latex2sympy2_extended"):
         grading._math_verify()
-        assert all(type(h) is logging.NullHandler for h in logging.getLogger(name).handlers)
+        log = logging.getLogger(name)
+        # pytest attaches its capture handler to every non-propagating logger during a test: not ours
+        ours = [h for h in log.handlers if not type(h).__module__.startswith("_pytest")]
+        assert not log.propagate and ours and all(type(h) is logging.NullHandler for h in ours), log.handlers
 
+
+
+def test_the_pool_numbers_are_pinned():
+    """The deadlines and sizes grading runs under (issue 18 item 5 moved the pool onto pebble; these stay)."""
+    import inspect
+
+    assert (grading.CHUNK, grading.ITEM_TIMEOUT_S, grading.CHUNK_GRACE_S, grading.MAX_WORKERS) == (64, 20.0, 30.0, 8)
+    assert grading.mathverify.MV_TIMEOUT_S == 5
+    assert grading.chunk_deadline(64, 20.0) == 1310.0 and grading.chunk_deadline(1, 3) == 33
+    params = inspect.signature(grading.grade_many).parameters
+    assert list(params)[:3] == ["grader", "completions", "golds"]
+    assert (params["chunk"].default, params["item_timeout_s"].default, params["workers"].default) == (64, 20.0, None)
+
+
+def test_grade_many_takes_the_grader_by_name():
+    got = grading.grade_many(grader="integer", completions=["<answer>3</answer>", "no"], golds=["3", "3"])
+    assert [(g.correct, g.status) for g in got] == [(True, "ok"), (False, "no_answer")]
+    assert got[1].status is grading.GradeStatus.NO_ANSWER
+
+
+def _hangs(completion, gold, options=None):
+    if completion == "hang":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # as a worker stuck in C code: only SIGKILL stops it
+        time.sleep(600)
+    return grading.Grade(completion == gold, completion)
+
+
+@pytest.mark.slow  # ~12 s: a chunk overruns its deadline, then the item alone overruns its own
+def test_a_chunk_past_its_deadline_is_graded_again_item_by_item_and_the_hung_worker_killed(monkeypatch):
+    monkeypatch.setitem(grading.GRADERS, "math", _hangs)
+    monkeypatch.setattr(grading.pool, "CHUNK_GRACE_S", 0.0)  # a chunk's deadline: 1 s per item
+    before, t0 = set(_children(os.getpid())), time.perf_counter()
+    got = grading.grade_many("math", ["1", "hang", "3"], ["1", "2", "4"], workers=1, chunk=3, item_timeout_s=1)
+    assert [(g.correct, g.status) for g in got] == [(True, "ok"), (False, "timeout"), (False, "ok")]
+    assert time.perf_counter() - t0 < 60
+    assert not [c for c in set(_children(os.getpid())) - before if _alive(c)]  # no worker left, the hung one included
 
 def _proc_stat(pid: int) -> list[str] | None:
     try:

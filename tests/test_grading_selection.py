@@ -179,3 +179,16 @@ def test_extracted_text_is_the_chosen_answer():
     g = grade("math", r"\boxed{200}, so the final answer is $10,455$.", "7")
     assert (g.correct, g.extracted, g.status) == (False, "10,455", "ok")
     assert grade("math", r"\boxed{37}", r"\$36").status == "ok"  # the currency gold parses
+
+
+def test_a_tasks_grade_options_are_checked_when_it_registers():
+    from polyvox import tasks
+
+    with pytest.raises(ValueError, match=r"^task 'bad_opts': grade_options: field 'gold_as' should be 'latex' or 'expr'"):
+        tasks.register_task("bad_opts", grader="math", grade_options={"gold_as": "sympy"})
+    with pytest.raises(ValueError, match=r"grade_options: field 'rounding': Unexpected keyword argument"):
+        tasks.register_task("bad_opts", grader="math", grade_options={"rounding": 2})
+    with pytest.raises(ValueError, match="float_rounding"):
+        GradeOptions(float_rounding=True)  # strict: a bool is no number of places
+    assert "bad_opts" not in tasks.TASKS
+    assert all(t.grade_options == {} for t in tasks.TASKS.values())  # no benchmark needs options

@@ -1,11 +1,22 @@
 """Validated JSONL: malformed lines and missing fields name the file and the line."""
+import dataclasses
 import json
+import pickle
+from dataclasses import dataclass, field
 
+import pydantic
 import pytest
 
 from polyvox.studies.panel import published
-from polyvox.records import (Sample, RecordError, append_jsonl, read_jsonl, repair_truncated_tail, scrub,
-                             write_manifest)
+from polyvox.records import (GradedSample, GradeStatus, Outcome, RunStatus, Sample, RecordError, Verdict, append_jsonl,
+                             from_dict, read_jsonl, repair_truncated_tail, scrub, write_manifest)
+
+
+@dataclass
+class _Nested:
+    batch: int
+    xs: list[int] = field(default_factory=list)
+    by_source: dict[str, float] = field(default_factory=dict)
 
 
 def sample(i=0, **kw):
@@ -113,3 +124,82 @@ def test_manifest_records_the_checkout_commit_or_the_override(tmp_path, monkeypa
     monkeypatch.setenv("POLYVOX_GIT_COMMIT", "0123abc-dirty")
     write_manifest(tmp_path / "b", settings={})
     assert json.loads((tmp_path / "b" / "manifest.json").read_text())["git_commit"] == "0123abc-dirty"
+
+
+# ---------------------------------------------------------------- typed validation (pydantic), issue 18 item 4
+
+def graded(**kw):
+    return {**sample(0), "correct": True, "grade_status": "ok", **kw}
+
+
+@pytest.mark.parametrize("cls,obj,message", [
+    (Sample, sample(0, sample_index=True), "field 'sample_index' should be a valid integer, got bool True"),
+    (Sample, sample(0, sample_index=1.0), "field 'sample_index' should be a valid integer, got float 1.0"),
+    (Sample, sample(0, latency_s="0.1"), "field 'latency_s' should be a valid number, got str '0.1'"),
+    (Sample, sample(0, metadata=None), "field 'metadata' should be a valid dictionary, got null"),
+    (Sample, sample(0, completion=["a"]), "field 'completion' should be a valid string, got list"),
+    (Sample, sample(0, problem_id="x" * 40 + "sk-secret"), None),  # a long string is fine, and never echoed
+    (Sample, {"problem_id": "p1"}, "missing field 'sample_index' for Sample (and 6 more)"),
+    (GradedSample, graded(grade_status="fine"),
+     "field 'grade_status' should be 'ok', 'no_answer', 'ungradable' or 'timeout', got str 'fine'"),
+    (GradedSample, graded(correct=1), "field 'correct' should be a valid boolean, got int 1"),
+    (GradedSample, graded(extracted=3), "field 'extracted' should be a valid string, got int 3"),
+    (Verdict, {"prompt_id": "a", "system_a": "x", "system_b": "y", "outcome": "win"},
+     "field 'outcome' should be 'W', 'L', 'T', 'U' or 'M', got str 'win'"),
+    (_Nested, {"batch": 1, "xs": [1, "2"]}, "field 'xs[1]' should be a valid integer, got str '2'"),
+    (_Nested, {"batch": 1, "by_source": {"amc": True}}, "field 'by_source.amc' should be a valid number, got bool True"),
+])
+def test_a_bad_field_is_one_line_naming_file_line_field_and_expectation(tmp_path, cls, obj, message):
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(obj) + "\n")
+    if message is None:
+        assert read_jsonl(path, cls)[0].problem_id == obj["problem_id"]
+        return
+    with pytest.raises(RecordError) as exc:
+        read_jsonl(path, cls)
+    assert str(exc.value) == f"{path}:1: {message}"
+    assert "\n" not in str(exc.value)
+
+
+def test_records_keep_the_values_as_read_and_stay_plain_dataclasses(tmp_path):
+    path = tmp_path / "g.jsonl"
+    path.write_text(json.dumps(graded(latency_s=2, extra_key="ignored")) + "\n")
+    (g,) = read_jsonl(path, GradedSample)
+    assert type(g) is GradedSample and dataclasses.is_dataclass(g)
+    assert type(g.latency_s) is int and g.grade_status == "ok" and type(g.grade_status) is str
+    out = tmp_path / "again.jsonl"
+    append_jsonl(out, [g])
+    # written back as read (defaults filled in), the unknown key dropped
+    assert json.loads(out.read_text()) == {**graded(latency_s=2), "metadata": {}, "extracted": None}
+    assert pickle.loads(pickle.dumps(g)) == g
+
+
+def test_writers_name_the_enum_and_the_file_holds_the_string(tmp_path):
+    path = tmp_path / "g.jsonl"
+    append_jsonl(path, [GradedSample(**sample(0), correct=False, grade_status=GradeStatus.TIMEOUT)])
+    assert json.loads(path.read_text())["grade_status"] == "timeout"
+    assert read_jsonl(path, GradedSample)[0].grade_status == GradeStatus.TIMEOUT
+    write_manifest(tmp_path, status=RunStatus.COMPLETE, counts={GradeStatus.OK: 3})
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["counts"] == {"ok": 3}
+    assert [s.value for s in RunStatus][:2] == ["running", "complete"] and Outcome.TIE == "T"
+
+
+def test_from_dict_takes_a_pydantic_model_too():
+    class Settings(pydantic.BaseModel):
+        model_config = pydantic.ConfigDict(strict=True)
+        n: int
+
+    assert from_dict(Settings, {"n": 2}).n == 2
+    with pytest.raises(RecordError, match=r"^manifest.json: field 'n' should be a valid integer, got str 'two'$"):
+        from_dict(Settings, {"n": "two"}, "manifest.json")
+
+
+def test_moved_helpers_are_still_importable_from_records():
+    from polyvox import folders, records, secrets
+
+    assert records.RunLock is folders.RunLock and records.check_out_path is folders.check_out_path
+    assert records.check_folder_kind is folders.check_folder_kind
+    assert records.scrub is secrets.scrub and records.scrub_text is secrets.scrub_text
+    with pytest.raises(AttributeError):
+        records.no_such_name

@@ -2,33 +2,47 @@
 
 Every expensive step in polyvox appends one JSON object per line to a
 ``*.jsonl`` file and writes a ``manifest.json`` beside it. Reading validates
-each line against a dataclass: a malformed line, a missing field or a field of
-the wrong type raises :class:`RecordError` naming the file and the 1-based line
-number, so a bad record is found where it is, not three steps later.
+each line against a dataclass with pydantic, strictly (no coercion: ``"3"`` is not
+an int, ``true`` is not a number): a malformed line, a missing field or a field of
+the wrong type raises :class:`RecordError`, one line naming the file, the 1-based
+line number, the field and what it should be, so a bad record is found where it is,
+not three steps later. The records stay plain dataclasses (``dataclasses.asdict``,
+pickling and construction in code are unchanged); pydantic checks them only as they
+are read. Statuses are the enums of :mod:`polyvox.statuses`.
 
 Appends are line-atomic in practice (one ``write`` of a complete line, then
 flush + fsync); a run killed mid-write can leave at most one truncated last
 line, which :func:`read_jsonl` with ``tolerate_truncated_tail=True`` drops (and
 the resumed run rewrites), so nothing is lost and nothing is duplicated.
+Re-exported here: :mod:`polyvox.secrets`' scrubbing and :mod:`polyvox.folders`' guards.
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
 import datetime as _dt
 import functools
 import hashlib
 import json
 import os
 import platform
-import re
 import sys
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Type, TypeVar
+from typing import Annotated, Any, Iterable, Iterator, Type, TypeVar
+
+import pydantic
+
+from .secrets import scrub, scrub_text  # noqa: F401 - re-exported
+from .statuses import GradeStatus, Outcome, RunStatus  # noqa: F401 - re-exported
 
 T = TypeVar("T")
+
+def __getattr__(name: str):  # polyvox.folders' guards, re-exported (it imports this module)
+    if name in ("RunLock", "check_out_path", "check_folder_kind"):
+        from . import folders
+
+        return getattr(folders, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class RecordError(ValueError):
@@ -38,6 +52,9 @@ class RecordError(ValueError):
         self.path, self.line = str(path), line
         where = f"{path}:{line}" if line is not None else str(path)
         super().__init__(f"{where}: {message}")
+
+
+_AnyStatus = pydantic.Strict(False)  # a status read from JSON is a string: checked against its enum
 
 
 @dataclass
@@ -75,7 +92,7 @@ class GradedSample(Sample):
 
     correct: bool = field(kw_only=True)
     extracted: str | None = None
-    grade_status: str = field(kw_only=True)  # ok | no_answer | ungradable | timeout
+    grade_status: Annotated[GradeStatus, _AnyStatus] = field(kw_only=True)
 
 
 @dataclass
@@ -85,53 +102,58 @@ class Verdict:
     prompt_id: str
     system_a: str
     system_b: str
-    outcome: str  # "W" | "L" | "T" from system_a's side
+    outcome: Annotated[Outcome, _AnyStatus]  # W | L | T from system_a's side
     detail: dict = field(default_factory=dict)
 
 
-def _type_ok(value: Any, annotation: Any) -> bool:
-    origin = typing.get_origin(annotation)
-    if annotation is Any:
-        return True
-    if origin is typing.Union or (origin is not None and str(origin) == "<class 'types.UnionType'>"):
-        return any(_type_ok(value, a) for a in typing.get_args(annotation))
-    if annotation is type(None):
-        return value is None
-    if origin in (list, tuple):
-        return isinstance(value, (list, tuple))
-    if origin is dict:
-        return isinstance(value, dict)
-    if annotation is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if isinstance(annotation, type):
-        return isinstance(value, annotation)
-    return True
+# strict: no coercion; enums read as their string values; keys a class does not name are ignored
+_STRICT = pydantic.ConfigDict(strict=True, use_enum_values=True, extra="ignore")
 
 
 @functools.lru_cache(maxsize=None)
-def _type_hints(cls: type) -> dict:
-    # resolving annotations is most of the cost of reading a record: once per class, not per line
-    return typing.get_type_hints(cls)
+def _checker(cls: type) -> type:
+    """A pydantic dataclass mirroring ``cls`` (pydantic builds a subclass; ``cls`` stays a plain
+    dataclass): built once per class, it checks each record read."""
+    return pydantic.dataclasses.dataclass(cls, config=_STRICT)
+
+
+def _shown(value: Any) -> str:
+    """A wrong value in an error: short scalars as written, anything else by its type only
+    (a record's text is neither repeated nor leaked into a log)."""
+    if value is None:
+        return "null"
+    short = isinstance(value, (bool, int, float)) or (isinstance(value, str) and len(value) <= 16)
+    return f"{type(value).__name__} {value!r}" if short else type(value).__name__
+
+
+def validation_message(exc: pydantic.ValidationError, name: str) -> str:
+    """pydantic's errors as one line: the first, naming its field and what it should be."""
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"]).lstrip(".")
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    if first["type"] == "missing":
+        return f"missing field {where!r} for {name}{more}"
+    where, msg = where or name, first["msg"]
+    if not msg.startswith("Input should be "):  # a keyword the class lacks, a validator's message
+        return f"field {where!r}: {msg}{more}"
+    return f"field {where!r} should be {msg[16:]}, got {_shown(first['input'])}{more}"
 
 
 def from_dict(cls: Type[T], obj: Any, path: os.PathLike | str = "<memory>", line: int | None = None) -> T:
-    """Build a dataclass from a dict, checking required fields and their types."""
+    """A record (a dataclass, or a pydantic model) from a dict, checked strictly; a bad one is a
+    :class:`RecordError` naming path, line, field and expectation."""
     if not isinstance(obj, dict):
         raise RecordError(path, line, f"expected a JSON object, got {type(obj).__name__}")
-    hints = _type_hints(cls)
-    kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name in obj:
-            if not _type_ok(obj[f.name], hints[f.name]):
-                raise RecordError(
-                    path, line, f"field {f.name!r} should be {hints[f.name]}, got {type(obj[f.name]).__name__}"
-                )
-            kwargs[f.name] = obj[f.name]
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise RecordError(path, line, f"missing field {f.name!r} for {cls.__name__}")
-    return cls(**kwargs)
+    try:
+        if isinstance(cls, type) and issubclass(cls, pydantic.BaseModel):
+            return cls.model_validate(obj)
+        checked = _checker(cls)(**{str(k): v for k, v in obj.items()})
+    except pydantic.ValidationError as exc:
+        raise RecordError(path, line, validation_message(exc, cls.__name__)) from None
+    # the values as read (a checked int stays an int in a float field), defaults from the check
+    return cls(**{f.name: obj[f.name] if f.name in obj else getattr(checked, f.name)
+                  for f in dataclasses.fields(cls) if f.init})
 
 
 def iter_jsonl(path: os.PathLike | str, tolerate_truncated_tail: bool = False) -> Iterator[tuple[int, Any]]:
@@ -254,99 +276,6 @@ def sha256_tree(path: os.PathLike | str) -> str:
     return h.hexdigest()
 
 
-# Key names that hold credentials: api_key, hf_token, access_token, client_secret, password,
-# authorization ... but not max_tokens, eos_token, pad_token, cache_key or api_key_env (which
-# names a variable, not a value).
-_SECRET_NAME = re.compile(
-    r"(?i)^(.*_)?(api_?key|secret(_key)?|password|passwd|authorization|credentials?|private_key|access_key)$"
-    r"|^((hf|access|auth|bearer|refresh|session|id|github|gh|openai|api)_)?token$")
-# Values that look like keys wherever they appear: OpenAI/Anthropic-style sk-…, Hugging Face
-# hf_…, AWS access key ids, GitHub tokens, Slack tokens, and bearer credentials (a Basic credential is
-# ordinary base64 after an ordinary word: it is removed as a known secret, see scrub_text).
-_SECRET_VALUE = re.compile(
-    r"sk-[A-Za-z0-9_\-]{16,}|hf_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{30,}"
-    r"|xox[abprs]-[A-Za-z0-9\-]{10,}|(?i:bearer)\s+[A-Za-z0-9._\-~+/]{8,}=*")
-# Credentials inside a URL: scheme://user:password@host (or scheme://token@host).
-_SECRET_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/?#@\"'<>]+@")
-# A known secret is removed whole, and so is every run of text made of its pieces of this many
-# characters or more: an error body cut in the middle of a key still shows none of it.
-_SECRET_FRAGMENT = 6
-_REDACTED = "<redacted>"
-
-
-def _secret_forms(secret: str) -> set[str]:
-    """The forms a secret takes in text: as is, JSON-escaped, percent-encoded, and inside a Basic credential."""
-    import base64
-    import urllib.parse
-
-    forms = {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1],
-             urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)}
-    try:
-        forms.add(base64.b64encode(secret.encode()).decode().rstrip("="))
-    except UnicodeEncodeError:
-        pass
-    return {f for f in forms if f}
-
-
-@functools.lru_cache(maxsize=64)
-def _fragment_pattern(secret: str) -> tuple[tuple[str, ...], re.Pattern]:
-    n = _SECRET_FRAGMENT
-    grams = tuple(sorted({secret[i:i + n] for i in range(len(secret) - n + 1)}))
-    return grams, re.compile("(?=(?:" + "|".join(map(re.escape, grams)) + "))")
-
-
-def _secret_spans(text: str, secret: str) -> list[tuple[int, int]]:
-    """Where the secret, or any piece of ``_SECRET_FRAGMENT`` characters of it, stands in text."""
-    n = _SECRET_FRAGMENT
-    if len(secret) < n:
-        spans, at = [], text.find(secret)
-        while at >= 0:
-            spans.append((at, at + len(secret)))
-            at = text.find(secret, at + 1)
-        return spans
-    grams, pattern = _fragment_pattern(secret)
-    if not any(g in text for g in grams):
-        return []
-    return [(m.start(), m.start() + n) for m in pattern.finditer(text)]  # overlapping starts included
-
-
-def _redact_spans(text: str, spans: list[tuple[int, int]]) -> str:
-    out, pos = [], 0
-    for start, end in sorted(spans):
-        if start > pos or not out:
-            out += [text[pos:start], _REDACTED]
-        pos = max(pos, end)
-    out.append(text[pos:])
-    return "".join(out)
-
-
-def scrub_text(text: str, *known: str | None) -> str:
-    """text with credentials replaced by ``<redacted>``: key-shaped substrings (sk-…, hf_…, Bearer …),
-    credentials in URLs (``scheme://user:pass@``), and each known secret value — whole, in its
-    escaped and encoded forms, and any piece of six or more of its characters.
-
-    A known value shorter than four characters is not searched for (it would cut ordinary words out
-    of the text): callers refuse such secrets instead (the openai backend asks for six or more)."""
-    spans = [s for k in known if k and len(k) >= 4 for form in _secret_forms(k) if len(form) >= 4
-             for s in _secret_spans(text, form)]
-    if spans:
-        text = _redact_spans(text, spans)
-    text = _SECRET_URL_USERINFO.sub(lambda m: m.group(1) + _REDACTED + "@", text)
-    return _SECRET_VALUE.sub(_REDACTED, text)
-
-
-def scrub(params, *known: str | None):
-    """Copy of params with credentials redacted: by key name, and by value (:func:`scrub_text`) at any depth."""
-    if isinstance(params, dict):
-        return {k: _REDACTED if isinstance(k, str) and _SECRET_NAME.match(k) and v not in (None, "")
-                else scrub(v, *known) for k, v in params.items()}
-    if isinstance(params, (list, tuple)):
-        return [scrub(v, *known) for v in params]
-    if isinstance(params, str):
-        return scrub_text(params, *known)
-    return params
-
-
 def library_versions() -> dict:
     from importlib import metadata
 
@@ -384,7 +313,6 @@ def git_commit() -> str | None:
     ``POLYVOX_GIT_COMMIT`` overrides it, for copies whose ``.git`` is not the code's (a remote
     machine sent a working tree with an older ``.git``; an unpacked archive).
     """
-    import os
     import subprocess
 
     if os.environ.get("POLYVOX_GIT_COMMIT"):
@@ -402,70 +330,6 @@ def git_commit() -> str | None:
     return head.stdout.strip() + ("-dirty" if dirty else "")
 
 
-class RunLock:
-    """One writer per run folder: an exclusive ``flock`` on ``<folder>/.lock``, held for the whole run.
-
-    The lock file holds the holder's PID; a second writer gets one line naming it. The
-    kernel drops the lock when the holder dies (a SIGKILL included), so a stale lock
-    file never blocks a resume. A folder this lock created is removed again when the
-    block it guards raises before writing anything else there: a refused run leaves
-    neither an empty folder nor a lock file behind.
-    """
-
-    def __init__(self, folder: os.PathLike | str):
-        self.folder = Path(folder)
-        self.fh = None
-        self.created: list[Path] = []
-
-    def __enter__(self) -> "RunLock":
-        import fcntl
-
-        check_out_path(self.folder)
-        missing = [p for p in (self.folder, *self.folder.parents) if not p.exists()]
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self.created = missing  # deepest first
-        fh = open(self.folder / ".lock", "a+")
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fh.seek(0)
-            holder = fh.read().strip() or "another process"
-            fh.close()
-            raise RecordError(self.folder, None, f"in use by process {holder}; one writer per run folder") from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(str(os.getpid()))
-        fh.flush()
-        self.fh = fh
-        return self
-
-    def __exit__(self, exc_type, *exc) -> None:
-        if self.fh is not None:
-            self.fh.close()  # closing releases the flock
-            self.fh = None
-        if exc_type is not None and self.created:
-            # the run failed before writing anything but the lock: leave no trace of it
-            if {p.name for p in self.folder.iterdir()} <= {".lock"}:
-                (self.folder / ".lock").unlink(missing_ok=True)
-                for p in self.created:
-                    try:
-                        p.rmdir()
-                    except OSError:
-                        break
-
-
-def check_out_path(folder: os.PathLike | str) -> Path:
-    """A folder a command may write into: refuses ``''``/``.``, a file, a path through a file."""
-    if folder is None or str(folder).strip() in ("", "."):
-        raise ValueError(f"an output folder must be named (got {str(folder)!r}); polyvox never writes into "
-                         "the current folder itself")
-    p = Path(folder)
-    for q in (p, *p.parents):
-        if q.exists() and not q.is_dir():
-            raise ValueError(f"{q}: a file, not a folder" + ("" if q == p else f" (in the path {p})"))
-    return p
-
-
 # What a folder holds is recorded as ``kind`` in its manifest; a folder never changes kind.
 KIND_SAMPLE, KIND_JUDGE, KIND_CHAPTER, KIND_BOOK_CACHE, KIND_RL = "sample", "judge", "chapter", "book build", "rl"
 
@@ -481,21 +345,6 @@ def manifest_kind(manifest: dict) -> str | None:
     if "comparisons" in manifest:
         return KIND_JUDGE
     return None
-
-
-def check_folder_kind(folder: os.PathLike | str, kind: str) -> Path:
-    """Read-only check that ``folder`` may hold a run of ``kind``: a new folder, an empty one, or one whose
-    manifest is of the same kind. Call it before writing anything (validate first, write second)."""
-    p = check_out_path(folder)
-    if not p.is_dir():
-        return p
-    manifest = read_manifest(p)
-    if manifest:
-        old = manifest_kind(manifest)
-        if old != kind:
-            raise ValueError(f"{p}: holds a {old or 'unrecognised'} run (its manifest.json), not a {kind} run; "
-                             "a folder holds one kind of run: use a new folder")
-    return p
 
 
 def write_manifest(folder: os.PathLike | str, **fields: Any) -> Path:

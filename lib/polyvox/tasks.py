@@ -35,8 +35,10 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import pydantic
 
-from .records import Problem, read_jsonl
+from .grading import GradeOptions
+from .records import Problem, read_jsonl, validation_message
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,9 @@ class Task:
     loader: Callable[..., list[Problem]]  # (data_dir, **options)
     grader: str  # a name in polyvox.grading.GRADERS
     levels: bool  # problems carry metadata["level"], so level= filters apply
-    grade_options: dict = field(default_factory=dict)  # polyvox.grading.GradeOptions fields for this task
+    # polyvox.grading.GradeOptions fields for this task, checked when it registers. No benchmark here
+    # sets any (their golds are LaTeX, math-verify's defaults suit them); runs and explore read them.
+    grade_options: dict = field(default_factory=dict)
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -57,11 +61,18 @@ TASKS: dict[str, Task] = {}
 
 def register_task(name: str, grader: str, levels: bool = False, grade_options: dict | None = None):
     """Register a loader as task ``name``; ``grade_options`` are the task's comparison options
-    (``float_rounding``, ``allow_set_relation_comp``, ``gold_as``: see polyvox.grading.GradeOptions)."""
+    (``float_rounding``, ``allow_set_relation_comp``, ``gold_as``: see polyvox.grading.GradeOptions),
+    checked here, so a misspelt or ill-typed option fails when the task registers, not when it grades."""
+    options = dict(grade_options or {})
+    try:
+        GradeOptions(**options)
+    except pydantic.ValidationError as exc:
+        raise ValueError(f"task {name!r}: grade_options: {validation_message(exc, 'GradeOptions')}") from None
+
     def deco(fn):
         if name in TASKS:
             raise ValueError(f"task {name!r} is registered twice")
-        TASKS[name] = Task(name, fn, grader, levels, dict(grade_options or {}))
+        TASKS[name] = Task(name, fn, grader, levels, options)
         return fn
     return deco
 
