@@ -90,7 +90,10 @@ def test_the_scale_models_describe_what_the_study_reads(study, model):
     src = "\n".join(p.read_text() for p in (ROOT / "lib/polyvox/studies" / study).glob("*.py"))
     unread = sorted(f for f in _fields(model) - {"name"} if f'"{f}"' not in src)
     assert not unread, f"{study}: keys allowed but never read: {unread}"
-    pipeline = (ROOT / "lib/polyvox/studies" / study / "pipeline.py").read_text()
+    # the pipeline and the modules holding its stages' work (personas: steps, judging)
+    folder = ROOT / "lib/polyvox/studies" / study
+    pipeline = "\n".join((folder / f"{m}.py").read_text() for m in ("pipeline", "steps", "judging")
+                         if (folder / f"{m}.py").exists())
     sections = {name: config._models_in(info.annotation) for name, info in model.model_fields.items()}
     reads = re.findall(r'\bs\["(\w+)"\](?:\["(\w+)"\]|\.get\("(\w+)")?', pipeline)
     assert len(reads) > 10
@@ -361,7 +364,7 @@ def test_a_params_file_is_checked_against_the_chapters(root, tmp_path):
     (config.url, "http://h:x", "an http(s) address"), (config.url, "", "must be an http(s) address"),
     (config.env_name, "OPENAI_API_KEY", "OPENAI_API_KEY"), (config.env_name, "sk-secret", "not the key itself"),
     (config.names(("a", "b")), "a,b", ("a", "b")), (config.names(("a", "b")), "a,c", "unknown stage(s) c"),
-    (config.names(lambda: ("a",), sep=None), "a", "a"),
+    (config.names(lambda: ("a",)), "a", ("a",)), (config.names(("a", "b")), "a b", "unknown stage(s) a b"),
 ])
 def test_the_command_line_types(parse, text, result):
     if isinstance(result, str) and (result.startswith(("must", "got", "unknown", "invalid")) or " " in result):

@@ -164,13 +164,11 @@ def test_the_shipped_world_run_is_recognised(root):
 
     s = W.load_scale("h200")
     out = root / "data/runs/world"
-    order = [("models", 1)] + [(st, k) for k in (1, 2) for st in ("panel-rl", "eval", "hillclimb-panel",
-                                                                   "hillclimb-think")]
-    W.check(out, s, order)
-    assert all(stages.stage_done(W.stage_folder(out, st, k), W._stage_settings(s, st, k), W._kinds(st))
-               for st, k in order)
+    pipe = W.pipeline(out, s, seeds=[1, 2])  # seed-0/eval was recorded under other sweep_seeds
+    pipe.check()
+    assert [pipe.state(st) for st in pipe.stages] == ["done"] * len(pipe.stages)
     with pytest.raises(ValueError, match="other settings"):
-        W.check(out, W.load_scale("smoke"), [("models", 0)])
+        W.check(out, W.load_scale("smoke"), ["models"])
 
 
 def test_the_shipped_judge_folder_takes_more_verdicts(root):
@@ -479,9 +477,9 @@ rl: {steps: 1, group: 2, prompts: 2, problems: 2, lr: 1.0e-4, max_tokens: 12}
 eval: {world_per_level: 2, qa_n: 2, t_max: 4, max_retries: 1, max_tokens: 12, cascade_temperature: 0.7, batch_size: 64}
 """
 
-# named smoke: the hill-climbs then train on the whole pool when a random model's band is empty
+# bands.if_empty: the hill-climbs train on the whole pool when a random model's band is empty
 WORLD_MICRO = """
-name: smoke
+name: micro
 seeds: [0]
 problems_seed: 0
 models: {seed: 0, n_per_level: 20, hidden: 32, layers: 1, vocab: 300, seq_len: 128, batch: 8, base_steps: 2,
@@ -490,7 +488,7 @@ rl: {lora_rank: 2, group: 2, prompts: 2, stage_steps: [1, 1], climb_steps: 1, ev
      heldout_per_level: 1, heldout_samples: 1}
 sampling: {max_tokens: 12, batch_size: 64, dtype: float32}
 eval: {per_level: 1, n: 2, caps: [12], sweep_seeds: [0]}
-bands: {pool_per_level: 1, group: 2}
+bands: {pool_per_level: 1, group: 2, if_empty: whole-pool}
 """
 
 

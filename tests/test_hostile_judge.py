@@ -308,11 +308,12 @@ def verdict_choice_not_allowed_run(w):
 def verdict_choice_not_allowed_tally(w):
     # a real verdict for p0's first order, then one whose choice no judge gives: refused, not tallied as a tie
     from polyvox import judge as J
+    from polyvox.judge.records import _calls
     from polyvox.studies.personas.pipeline import rubric_judge
 
     rows = J.read_systems(w / "s.jsonl")
     p = J.pairs(f"{w / 's.jsonl'}:x", f"{w / 's.jsonl'}:y")[0]
-    ab, ba = J._calls(p)
+    ab, ba = _calls(p)
     ident = rubric_judge().identity()
     assert rows
     return _verdicts_case(w, [json.dumps(verdict(J.call_key(ident, ab), "A")),

@@ -6,7 +6,7 @@
     polyvox merge SHARD_DIR ... --out DIR
     polyvox grade DIR [--data-dir D] [--workers N] [--max-ungradable F]
     polyvox explore RUN [--out FILE.ipynb] [--force]
-    polyvox world run --out DIR [--scale smoke|h200] [--stages …] [--seeds …]
+    polyvox world run --out DIR [--scale smoke|h200] [--stages models,panel-rl,…] [--seeds …]
     polyvox rl --config FILE.yaml
     polyvox personas run --scale S --out DIR;  polyvox judge plan|run|tally …
     polyvox collab run --scale S --out DIR
@@ -228,8 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("action", choices=["run"])
     w.add_argument("--out", required=True)
     w.add_argument("--scale", default="smoke", help="a scale in configs/world/ (smoke, h200) or a YAML path")
-    w.add_argument("--stages", nargs="+", type=config.names(_world_stages, "stage", sep=None),
-                   help="subset of: models panel-rl eval bands bands-redraw hillclimb-panel hillclimb-think")
+    w.add_argument("--stages", type=config.names(_world_stages, "stage"),
+                   help="comma-separated subset of models,panel-rl,eval,bands,bands-redraw,hillclimb-panel,"
+                        "hillclimb-think")
     w.add_argument("--seeds", type=config.integer(0), nargs="+", help="RL seeds to run (default: the scale's seeds)")
     w.set_defaults(func=_cmd_world)
 

@@ -83,17 +83,18 @@ def existing_file(text: str) -> str:
     return text
 
 
-def names(choices, what: str = "stage", sep: str | None = ","):
-    """argparse ``type=``: one name of ``choices`` (``sep=None``), or a ``sep``-separated list of them (a tuple).
+def names(choices, what: str = "stage"):
+    """argparse ``type=``: a comma-separated list of names of ``choices`` (a tuple), the one syntax of every
+    list of names on the command line (``--stages router,heads``).
 
     ``choices`` may be a callable returning them, so a study's list is imported only when the argument is given."""
     def parse(text: str):
         known = tuple(choices() if callable(choices) else choices)
-        items = [x.strip() for x in text.split(sep)] if sep else [text]
+        items = [x.strip() for x in text.split(",")]
         bad = [x or "''" for x in items if x not in known]
         if bad:
             raise argparse.ArgumentTypeError(f"unknown {what}(s) {', '.join(bad)}; {what}s: {', '.join(known)}")
-        return tuple(items) if sep else items[0]
+        return tuple(items)
 
     parse.__name__ = what
     return parse

@@ -52,6 +52,9 @@ class WorldEval(Strict):
 class WorldBands(Strict):
     pool_per_level: Pos
     group: Group
+    # an empty variance band: refuse to hill-climb (the default), or climb on the whole pool (a smoke
+    # scale's random models have no band; the hill-climb folder then holds SMOKE_BAND_WAS_EMPTY)
+    if_empty: Literal["refuse", "whole-pool"] = None  # type: ignore[assignment] - default refuse
 
 
 class WorldScale(Strict):

@@ -21,9 +21,9 @@ def _cmd_run(args) -> int:
     from .pipeline import STAGES, run
     from .scheduler import AgentError
 
-    stages = args.stages or STAGES  # names checked as the command line was parsed
+    todo = args.stages or STAGES  # names checked as the command line was parsed
     try:
-        times = run(args.out, args.scale, stages, models_dir=args.models)
+        times = run(args.out, args.scale, todo, models_dir=args.models)
     except (AgentError, ValueError) as exc:
         from ...records import scrub_text
 

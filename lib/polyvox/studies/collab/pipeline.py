@@ -1,19 +1,21 @@
 """Part III in miniature, stage by stage: models → pd → rl → eval.
 
-``polyvox collab run --scale SCALE --out DIR`` (or :func:`run`) takes the stages in
-order; each writes ``<out>/<stage>/manifest.json`` with its settings, status and seconds,
-and a stage whose manifest says complete under the same settings is skipped (a folder
-holding another scale's stage is refused). Every folder the run would write is checked first —
-the root's kind (``collab pipeline``, in ``<out>/manifest.json``) and scale, each stage's kind and
-settings — so a refused run writes nothing; the run holds ``<out>``'s one-writer lock throughout. Within ``eval`` every system is a resumable
-trajectory run (:func:`.scheduler.run`), so a killed evaluation resumes question by question.
-Scales: ``configs/collab/<scale>.yaml`` (``smoke``: seconds, plumbing only; ``h200``: the
-recorded runs, one H200; ``cpu``: that recipe with a smaller test set, for a CPU; ``full``:
-the study's scale, documented, not run here). A scale with an
-``endpoints`` section evaluates OpenAI-compatible servers (``vllm serve`` of the Qwen3
-agents with their PD/SLS LoRA adapters) instead of the miniature pool; its training
-stages are then recorded as external (the adapters were trained elsewhere; the
-miniature PD/RL functions take Hugging Face model paths unchanged).
+``polyvox collab run --scale SCALE --out DIR`` (or :func:`run`) takes the stages in order, a
+:class:`polyvox.stages.Pipeline`: each writes ``<out>/<stage>/`` and its record
+(``manifest.json``: settings, upstream digests, status, seconds); a stage complete under the same
+settings and inputs is skipped, one whose upstream stage was retrained runs again, one holding
+another scale's stage is refused. Every folder the run would write is checked first — the root's
+kind (``collab pipeline``, in ``<out>/manifest.json``) and scale, each stage's kind and settings —
+so a refused run writes nothing; the run holds ``<out>``'s one-writer lock throughout and each
+stage its own folder's. Within ``eval`` every system is a resumable trajectory run
+(:func:`.scheduler.run`, :func:`.scheduler.run_solo`), so a killed evaluation resumes question by
+question. Scales: ``configs/collab/<scale>.yaml`` (``smoke``: seconds, plumbing only; ``h200``:
+the recorded runs, one H200; ``cpu``: that recipe with a smaller test set, for a CPU; ``full``:
+the study's scale, documented, not run here). A scale with an ``endpoints`` section evaluates
+OpenAI-compatible servers (``vllm serve`` of the Qwen3 agents with their PD/SLS LoRA adapters)
+instead of the miniature pool; its training stages are then recorded as external (the adapters
+were trained elsewhere; the miniature PD/RL functions take Hugging Face model paths unchanged).
+Random streams: ``data.seed`` plus a named offset (:data:`TEST_SEED_OFFSET` …).
 
 Stages
 - ``models``: tokenizer and the four base models (:mod:`.models`);
@@ -33,20 +35,23 @@ Majority vote and the cascade are computed from the solo and sample records
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
-
 from ... import stages
-from ... import stages as _stages  # run() takes a parameter named stages
 from ...backends import SamplingParams, make_backend
-from ...records import Problem, RunLock, append_jsonl, now_iso, read_manifest, write_manifest
+from ...records import Problem, read_manifest
 from . import scheduler as sched
 from .tasks import collab_qa, collab_world
 
 STAGES = ("models", "pd", "rl", "eval")
 AGENTS = ("small", "mid", "big")
-SCALE_DIR = Path(__file__).resolve().parents[4] / "configs" / "collab"
+MODELS = ("small", "mid", "big", "large")  # the base models; model i trains with data.seed + i
+# offsets from data.seed, one random stream each
+TEST_SEED_OFFSET = 100  # the test questions (the training questions take data.seed itself)
+QA_SEED_OFFSET = 1  # a split's QA questions, beside its world questions
+RL_STATES_SEED_OFFSET = 5  # the shuffle of the agents' states GRPO trains on
+HOMO_SEED_OFFSET = 7  # homo's PD adapter (the agents' take data.seed + their index, 0 … 2)
+CASCADE_SAMPLE_SEED = 1  # small's and mid's second, sampled answers for the cascade (the solo runs: seed 0)
 
 
 def load_scale(scale: str | Path) -> dict:
@@ -56,16 +61,13 @@ def load_scale(scale: str | Path) -> dict:
 
 def problems(s: dict, split: str) -> list[Problem]:
     d = s["data"] if split == "train" else s["eval"]
-    seed = s["data"]["seed"] + (0 if split == "train" else 100)
+    seed = s["data"]["seed"] + (0 if split == "train" else TEST_SEED_OFFSET)
     return (collab_world(levels=s["data"]["world_levels"], per_level=d["world_per_level"], seed=seed, split=split)
-            + collab_qa(n=d["qa_n"], seed=seed + 1, split=split))
+            + collab_qa(n=d["qa_n"], seed=seed + QA_SEED_OFFSET, split=split))
 
 
 def _settings(s: dict, *sections) -> dict:
     return json.loads(json.dumps({"scale": s["name"], "data": s["data"], **{k: s[k] for k in sections}}))
-
-
-_begin = stages.stage_done
 
 
 def stage_models(out: Path, s: dict) -> None:
@@ -79,7 +81,7 @@ def stage_models(out: Path, s: dict) -> None:
                                                 for u, a in ex]
     tok = build_tokenizer(out, texts, m["vocab"])
     cards = {}
-    for i, name in enumerate(("small", "mid", "big", "large")):
+    for i, name in enumerate(MODELS):
         spec = dict(m["sizes"][name])
         steps = spec.pop("steps")
         cards[name] = train_base(out, name, spec, tok, pairs, m["seq_len"], m["batch"], steps, m["lr"],
@@ -98,7 +100,7 @@ def stage_pd(out: Path, s: dict, models: Path) -> None:
                  s["data"]["seed"] + i, mode=p.get("mode", "lora"))
     every = [pair for a in AGENTS for pair in ex[a]]
     train_pd(models / "mid", out / "homo", every, s["models"]["seq_len"], p["batch"], p["steps"], p["lr"],
-             p["rank"], s["data"]["seed"] + 7, mode=p.get("mode", "lora"))
+             p["rank"], s["data"]["seed"] + HOMO_SEED_OFFSET, mode=p.get("mode", "lora"))
 
 
 def rl_problems(s: dict, agent: str, n: int) -> list[Problem]:
@@ -107,7 +109,7 @@ def rl_problems(s: dict, agent: str, n: int) -> list[Problem]:
 
     from .traces import coordination_trace
 
-    rng = random.Random(s["data"]["seed"] + 5)
+    rng = random.Random(s["data"]["seed"] + RL_STATES_SEED_OFFSET)
     out = []
     for p in problems(s, "train"):
         for t in coordination_trace(p, rng, s["pd"]["slip"]):
@@ -140,44 +142,6 @@ def _backend(model: Path, adapter: Path | None, e: dict):
                         batch_size=e["batch_size"], dtype="float32")
 
 
-def solo_run(out: Path, probs: list[Problem], name: str, backend, params: SamplingParams, settings: dict,
-             seed: int = 0) -> Path:
-    """One call per question (a single model alone), written as one-turn trajectories (resumable)."""
-    from ...backends.base import Request
-    from .protocol import parse_turn
-
-    settings = json.loads(json.dumps({**settings, "agent": name, "temperature": params.temperature,
-                                      "max_tokens": params.max_tokens, "seed": seed,
-                                      "questions": sorted(p.id for p in probs)}))
-    sched.check_settings(out, settings)  # validate first: a refused run writes nothing
-    with RunLock(out):
-        sched.check_settings(out, settings)
-        done = sched._existing(out / sched.TRAJECTORIES)
-        started = now_iso()
-        write_manifest(out, kind=stages.KIND_TRAJECTORIES, settings=settings, started=started, status="running")
-        todo = [p for p in probs if p.id not in done]
-        t0 = time.time()
-        for b in range(0, len(todo), 64):
-            batch = todo[b:b + 64]
-            reqs = [Request.of(backend.prompt("think", p.text), sched.turn_seed(seed, p.id, 0)) for p in batch]
-            comps = backend.generate(reqs, params)
-            recs = []
-            for p, c in zip(batch, comps):
-                turn = parse_turn(c.text, (name,))
-                recs.append({"id": p.id, "question": p.text, "gold": p.gold, "first": name,
-                             "status": "confirmed" if turn.answer else "no_answer", "final": turn.answer,
-                             "n_turns": 1, "metadata": p.metadata,
-                             "turns": [{"agent": name, "attempt": 0, "prompt_tokens": c.prompt_tokens,
-                                        "completion_tokens": c.completion_tokens, "answer": turn.answer,
-                                        "action": None, "target": None, "note": "", "violation": None,
-                                        "forced_handoff": None, "latency_s": round(c.latency_s, 4),
-                                        "text": c.text}]})
-            append_jsonl(out / sched.TRAJECTORIES, recs)
-        write_manifest(out, kind=stages.KIND_TRAJECTORIES, settings=settings, started=started, finished=now_iso(),
-                       status="complete", records=len(probs), seconds=round(time.time() - t0, 2))
-    return out
-
-
 def eval_systems(models: Path, pd: Path, rl: Path, full: bool = False) -> dict:
     """CL systems: agent name → (model folder, adapter folder or None)."""
     if full:  # PD fine-tuned whole models; RL adapters on top of them
@@ -207,15 +171,15 @@ def stage_eval(out: Path, s: dict, models: Path, pd: Path, rl: Path, only: list[
     def solo_backend(m):
         return _endpoint(served["solo"][m]) if served else _backend(models / m, None, e)
 
-    for m in ("small", "mid", "big", "large"):
+    for m in MODELS:
         if only and f"solo-{m}" not in only:
             continue
-        solo_run(out / f"solo-{m}", test, m, solo_backend(m), greedy, settings)
+        sched.run_solo(out / f"solo-{m}", test, m, solo_backend(m), greedy, settings)
     for m in ("small", "mid"):
         if only and f"sample-{m}" not in only:
             continue
-        solo_run(out / f"sample-{m}", test, m, solo_backend(m),
-                 SamplingParams(e["max_tokens"], e["cascade_temperature"]), settings, seed=1)
+        sched.run_solo(out / f"sample-{m}", test, m, solo_backend(m),
+                       SamplingParams(e["max_tokens"], e["cascade_temperature"]), settings, seed=CASCADE_SAMPLE_SEED)
     systems = ({k: v for k, v in served.items() if k != "solo"} if served
                else eval_systems(models, pd, rl, s["pd"].get("mode", "lora") == "full"))
     for system, spec in systems.items():
@@ -231,6 +195,7 @@ def stage_eval(out: Path, s: dict, models: Path, pd: Path, rl: Path, only: list[
 SECTIONS = {"models": ("models",), "pd": ("models", "pd"), "rl": ("models", "pd", "rl"),
             "eval": ("models", "pd", "rl", "eval")}
 RUN_ONLY = ("threads",)  # scale keys that change no output: a rerun may change them
+EXTERNAL = "full scale: this stage's models are served at the scale's endpoints"
 
 
 def _recognise(out: Path) -> bool:
@@ -242,71 +207,51 @@ def _recognise(out: Path) -> bool:
     return False
 
 
-def check(out: Path, s: dict, todo=STAGES, models_dir: str | Path | None = None) -> None:
+def _stage(out: Path, s: dict, stage: str, models: Path) -> stages.Stage:
+    folder = out / stage
+    # the trained models a stage reads are models/ (unless --models names others), pd/, rl/
+    reads = {"models": (), "pd": ("models",), "rl": ("models", "pd"), "eval": ("models", "pd", "rl")}[stage]
+    reads = tuple(out / r for r in reads if r != "models" or models == out / "models")
+
+    def work():  # the stage functions are looked up when the stage runs (tests replace them)
+        if s.get("endpoints") and stage != "eval":
+            return {"note": EXTERNAL}
+        return {"models": lambda: stage_models(folder, s), "pd": lambda: stage_pd(folder, s, models),
+                "rl": lambda: stage_rl(folder, s, models, out / "pd"),
+                "eval": lambda: stage_eval(folder, s, models, out / "pd", out / "rl")}[stage]()
+
+    return stages.Stage(stage, folder, _settings(s, *SECTIONS[stage]), work, reads)
+
+
+def pipeline(out: str | Path, s: dict, models_dir: str | Path | None = None) -> stages.Pipeline:
+    out = Path(out)
+    models = Path(models_dir) if models_dir else out / "models"
+
+    def models_exist(todo) -> None:
+        if models_dir is not None and not Path(models_dir).is_dir():
+            raise ValueError(f"{models_dir}: no such folder of trained base models (--models)")
+
+    def setup() -> None:
+        if s.get("threads"):
+            import torch
+
+            # a small model on a shared CPU: more intra-op threads than free cores make each step
+            # ~40× slower (OpenMP threads spin waiting for one another); the scale pins the count
+            torch.set_num_threads(int(s["threads"]))
+
+    return stages.Pipeline(stages.KIND_COLLAB, out, s, [_stage(out, s, st, models) for st in STAGES], STAGES,
+                           recognise=_recognise, ignore=RUN_ONLY, checks=[models_exist], setup=setup)
+
+
+def check(out: str | Path, s: dict, todo=STAGES, models_dir: str | Path | None = None) -> None:
     """Read-only: ``out`` may take a run of scale ``s`` over the stages ``todo`` (see the module docstring)."""
-    stages.check_root(out, stages.KIND_COLLAB, s, _recognise, ignore=RUN_ONLY)
-    for stage in todo:
-        stages.check_stage(out / stage, _settings(s, *SECTIONS[stage]))
-    if models_dir is not None and not Path(models_dir).is_dir():
-        raise ValueError(f"{models_dir}: no such folder of trained base models (--models)")
+    pipeline(out, s, models_dir).check(todo)
 
 
-def run(out: str | Path, scale: str | Path = "smoke", stages=STAGES, models_dir: str | Path | None = None) -> dict:
-    """Run the stages in order into out/<stage>/ (skipping complete ones); returns seconds per stage.
+def run(out: str | Path, scale: str | Path = "smoke", todo=STAGES, models_dir: str | Path | None = None) -> dict:
+    """Run the stages ``todo`` in order into out/<stage>/ (skipping complete ones); returns seconds per stage.
 
     Validate first, write second: the stage names, the scale, the root and the stage folders are
     checked before anything is written; the run holds ``out``'s one-writer lock throughout.
     """
-    todo = tuple(st for st in STAGES if st in stages)
-    unknown = [st for st in stages if st not in STAGES]
-    if unknown:
-        raise ValueError(f"unknown stage {unknown[0]!r}; stages: {', '.join(STAGES)}")
-    s = load_scale(scale)
-    out = Path(out)
-    check(out, s, todo, models_dir)
-    with RunLock(out):
-        check(out, s, todo, models_dir)  # again under the lock: another writer may have finished meanwhile
-        root = {"kind": _stages.KIND_COLLAB, "scale": s["name"], "settings": _stages.scale_settings(s)}
-        write_manifest(out, **root, status="running", stages=list(todo), updated=now_iso())
-        times = _run(out, s, todo, models_dir)
-        write_manifest(out, **root, status="stages complete", stages=list(todo), updated=now_iso())
-    return times
-
-
-def _run(out: Path, s: dict, todo: tuple[str, ...], models_dir) -> dict:
-    if s.get("threads"):
-        import torch
-
-        # a small model on a shared CPU: more intra-op threads than free cores make each step
-        # ~40× slower (OpenMP threads spin waiting for one another); the scale pins the count
-        torch.set_num_threads(int(s["threads"]))
-    models = Path(models_dir) if models_dir else out / "models"
-    times = {}
-    for stage in todo:
-        folder = out / stage
-        settings = _settings(s, *SECTIONS[stage])
-        if _begin(folder, settings):
-            times[stage] = read_manifest(folder).get("seconds")
-            continue
-        folder.mkdir(parents=True, exist_ok=True)
-        started, t0 = now_iso(), time.time()
-        write_manifest(folder, kind=_stages.KIND_STAGE, settings=settings, started=started, status="running")
-        if s.get("endpoints") and stage != "eval":
-            write_manifest(folder, kind=_stages.KIND_STAGE, settings=settings, started=started, finished=now_iso(),
-                           status="complete", seconds=0.0,
-                           note="full scale: this stage's models are served at the scale's endpoints")
-            times[stage] = 0.0
-            continue
-        if stage == "models":
-            stage_models(folder, s)
-        elif stage == "pd":
-            stage_pd(folder, s, models)
-        elif stage == "rl":
-            stage_rl(folder, s, models, out / "pd")
-        else:
-            stage_eval(folder, s, models, out / "pd", out / "rl")
-        times[stage] = round(time.time() - t0, 1)
-        write_manifest(folder, kind=_stages.KIND_STAGE, settings=settings, started=started, finished=now_iso(),
-                       status="complete", seconds=times[stage])
-        print(f"collab: stage {stage} done in {times[stage]} s", flush=True)
-    return times
+    return pipeline(out, load_scale(scale), models_dir).run(todo)

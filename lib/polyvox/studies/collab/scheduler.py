@@ -23,11 +23,12 @@ in-process transformers, or any OpenAI-compatible endpoint; prompts go through
 OpenAI-compatible server applies itself). Questions advance in lock-step: each round,
 the pending turns of all open questions are grouped by agent and sent as one batch.
 
-Records: :func:`run` writes one trajectory per question to ``trajectories.jsonl`` with a
-``manifest.json`` of settings (kind ``collab trajectories``); questions are appended as they
-finish (flushed), a rerun skips recorded ids, a torn last line is cut, and a folder holding
-another run's settings or another kind of run is refused before anything is written — so a
-killed run loses only unfinished questions and never duplicates one. One writer per folder
+Records: :func:`run` (and :func:`run_solo`: one model alone, one turn per question) writes one
+trajectory per question to ``trajectories.jsonl`` with a ``manifest.json`` of settings (kind
+``collab trajectories``); questions are appended as they finish (flushed), a rerun skips recorded
+ids, a torn last line is cut, and a folder holding another run's settings or another kind of run
+is refused before anything is written — so a killed run loses only unfinished questions and never
+duplicates one. One writer per folder
 (:class:`polyvox.records.RunLock`).
 A backend that still fails after its own bounded retries stops the run with one line
 naming the agent (:class:`AgentError`).
@@ -198,24 +199,58 @@ def run_settings(problems: list[Problem], scheduler: Scheduler, settings: dict) 
                                   "n_problems": len(problems)}, default=str))
 
 
-def run(out: str | Path, problems: list[Problem], scheduler: Scheduler, settings: dict, chunk: int = 64) -> Path:
-    """Trajectories for every problem not yet recorded in out/trajectories.jsonl (resumable)."""
-    out = Path(out)
-    settings = run_settings(problems, scheduler, settings)
+def _resumable(out: Path, problems: list[Problem], settings: dict, work) -> Path:
+    """The trajectories of every problem not yet recorded in out/trajectories.jsonl: validate first, then under
+    the folder's lock ``work(todo, append)`` appends them as they finish; the manifest says running, then complete."""
     check_settings(out, settings)  # validate first: a refused run writes nothing
     with RunLock(out):
         check_settings(out, settings)
         done = _existing(out / TRAJECTORIES)
         started = now_iso()
         write_manifest(out, kind=KIND_TRAJECTORIES, settings=settings, started=started, status="running")
-        todo = [p for p in problems if p.id not in done]
         t0 = time.time()
-        for b in range(0, len(todo), chunk):
-            scheduler.run_all(todo[b:b + chunk],
-                              on_finished=lambda ts: append_jsonl(out / TRAJECTORIES, [t.record() for t in ts]))
+        work([p for p in problems if p.id not in done], lambda recs: append_jsonl(out / TRAJECTORIES, recs))
         write_manifest(out, kind=KIND_TRAJECTORIES, settings=settings, started=started, finished=now_iso(),
                        status="complete", records=len(problems), seconds=round(time.time() - t0, 2))
     return out
+
+
+def run(out: str | Path, problems: list[Problem], scheduler: Scheduler, settings: dict, chunk: int = 64) -> Path:
+    """Trajectories for every problem not yet recorded in out/trajectories.jsonl (resumable)."""
+    def work(todo, append):
+        for b in range(0, len(todo), chunk):
+            scheduler.run_all(todo[b:b + chunk], on_finished=lambda ts: append([t.record() for t in ts]))
+
+    return _resumable(Path(out), problems, run_settings(problems, scheduler, settings), work)
+
+
+def run_solo(out: str | Path, problems: list[Problem], name: str, backend, params: SamplingParams, settings: dict,
+             seed: int = 0, chunk: int = 64) -> Path:
+    """One call per question (the agent ``name`` alone), written as one-turn trajectories (resumable)."""
+    import json
+
+    settings = json.loads(json.dumps({**settings, "agent": name, "temperature": params.temperature,
+                                      "max_tokens": params.max_tokens, "seed": seed,
+                                      "questions": sorted(p.id for p in problems)}))
+
+    def work(todo, append):
+        for b in range(0, len(todo), chunk):
+            batch = todo[b:b + chunk]
+            reqs = [Request.of(backend.prompt("think", p.text), turn_seed(seed, p.id, 0)) for p in batch]
+            append([_solo_record(p, name, c) for p, c in zip(batch, backend.generate(reqs, params))])
+
+    return _resumable(Path(out), problems, settings, work)
+
+
+def _solo_record(p: Problem, name: str, c) -> dict:
+    turn = parse_turn(c.text, (name,))
+    return {"id": p.id, "question": p.text, "gold": p.gold, "first": name,
+            "status": "confirmed" if turn.answer else "no_answer", "final": turn.answer, "n_turns": 1,
+            "metadata": p.metadata,
+            "turns": [{"agent": name, "attempt": 0, "prompt_tokens": c.prompt_tokens,
+                       "completion_tokens": c.completion_tokens, "answer": turn.answer, "action": None,
+                       "target": None, "note": "", "violation": None, "forced_handoff": None,
+                       "latency_s": round(c.latency_s, 4), "text": c.text}]}
 
 
 def load(out: str | Path) -> list[dict]:

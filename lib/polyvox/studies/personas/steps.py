@@ -1,0 +1,236 @@
+"""The work of the persona pipeline's stages (router, heads, generate, systems); :mod:`.pipeline` runs them.
+
+Each function does one stage's work into its folder and returns the fields its record adds (or
+None); the stage's record (settings, inputs, status, seconds) is the pipeline's to write
+(:class:`polyvox.stages.Pipeline`). See :mod:`.pipeline` for the layout.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ... import adapters, runs
+from ...backends import SamplingParams, accepted_options, make_backend
+from ...backends.base import Backend
+from ...formats import Prompt
+from ...records import append_jsonl, read_json, read_jsonl
+from . import router as R
+from . import world as pw
+
+REPO = Path(__file__).resolve().parents[4]
+PAIRS = ("warm+concise", "impersonal+concise", "warm+thorough", "impersonal+thorough")
+RECIPES = {  # seed 002: weights on (warm, impersonal, concise, thorough), fixed on validation for run21
+    "warm+concise": (0.75, -0.25, 0.75, -0.25),
+    "impersonal+concise": (-0.25, 0.75, 0.75, -0.25),
+    "warm+thorough": (0.375, 0.125, -0.25, 0.75),
+    "impersonal+thorough": (0.125, 0.375, -0.25, 0.75),
+}
+SYSTEMS = ("base", "head_warm", "head_impersonal", "head_concise", "head_thorough",
+           "router_head", "router_persona", "oracle_head", "oracle_persona")
+VALIDATION_BATCH = 64  # validation users' prompts answered per generate call while a head is selected
+
+
+def _model(s: dict) -> str:
+    p = Path(s["model"]["path"])
+    return str(p if p.is_absolute() or not (REPO / p).exists() else REPO / p)
+
+
+def _device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _prompts(s: dict, split: str) -> list[pw.PersonaPrompt]:
+    w = s["world"]
+    return pw.prompts(w["n_users"], w["per_user"], w["seed"], split)
+
+
+def _task_options(s: dict) -> dict:
+    w = s["world"]
+    return {"split": "test", "n_users": w["n_users"], "per_user": w["per_user"], "seed": w["seed"]}
+
+
+# ---------------------------------------------------------------- router
+
+def stage_router(out: Path, s: dict) -> None:
+    folder = out / "router"
+    model = _model(s)
+    data = {split: _prompts(s, split) for split in ("train", "validation", "test")}
+    x = {k: R.features(model, [p.text for p in v], device=_device()) for k, v in data.items()}
+    y = {k: R.labels([p.preference for p in v]) for k, v in data.items()}
+    r = s["router"]
+    router = R.train(x["train"], y["train"], x["validation"], y["validation"], h=r["h"], epochs=r["epochs"],
+                     lr=r["lr"], seed=r["seed"])
+    router.save(folder)
+    probs = router.probs(x["test"])
+    picks = [R.pick(p) for p in probs]
+    (folder / "test_pred.jsonl").unlink(missing_ok=True)
+    append_jsonl(folder / "test_pred.jsonl",
+                 [{"prompt_id": p.id, "prob": dict(zip(pw.POLES, map(lambda v: round(float(v), 4), pr))),
+                   "selected": list(pk), "label": list(pw.poles_of(p.preference))}
+                  for p, pr, pk in zip(data["test"], probs, picks)])
+    metrics = R.evaluate(picks, [p.preference for p in data["test"]])
+    (folder / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+
+
+# ---------------------------------------------------------------- heads
+
+def _validation_scorer(tok, pole: str, val: list[pw.PersonaPrompt], max_tokens: int):
+    from ...backends import Request
+    from ...backends.hf import generate_batched
+
+    reqs = [Request(R.chat_prompt(tok, p.text)) for p in val]
+
+    def score(model, step):
+        comps = generate_batched(model, tok, reqs, SamplingParams(max_tokens, 0.0), VALIDATION_BATCH,
+                                 str(model.device))
+        return sum(pw.pole_match(pole, c.text, len(p.problem.steps)) + (pw.final_integer(c.text) == str(p.problem.answer))
+                   for p, c in zip(val, comps)) / len(val)
+    return score
+
+
+SUMMARY = ("selected_step", "validation", "step_seconds_mean", "step_seconds_median", "teacher_sequence_seconds",
+           "mean_sequence_tokens", "examples")  # what a head's record gives its arm-seed's record
+
+
+def stage_heads(out: Path, s: dict, arm: str, seed: int) -> dict:
+    """The four pole heads of one arm and seed, then the pairs' mixes; a head complete under the same
+    settings (its own manifest) is kept when an interrupted arm-seed is resumed."""
+    from transformers import AutoTokenizer
+
+    from ...train import distill
+
+    folder = out / "heads" / f"{arm}-s{seed}"
+    model = _model(s)
+    tok = AutoTokenizer.from_pretrained(model)
+    train = _prompts(s, "train")
+    val = _prompts(s, "validation")[: s["distill"]["validation_prompts"]]
+    d = s["distill"]
+    summaries = {}
+    for pole in pw.POLES:
+        cfg = distill.DistillConfig(model=model, out=str(folder / pole), loss=arm, top_k=d["top_k"],
+                                    lora_rank=d["lora_rank"], lora_alpha=d["lora_alpha"],
+                                    learning_rate=d["lr"], steps=d["steps"], batch=d["batch"],
+                                    max_new_tokens=s["generate"]["max_tokens"], save_every=d["save_every"],
+                                    seed=seed, teacher_temperature=d["teacher_temperature"], device=_device())
+        done = read_json(folder / pole / "manifest.json") if (folder / pole / "manifest.json").is_file() else {}
+        if done.get("status") == "complete" and done.get("settings") == distill.manifest_settings(cfg):
+            summaries[pole] = {k: done[k] for k in SUMMARY}
+            continue  # a head finished before an interruption is kept
+        summaries[pole] = distill.train(cfg, [R.chat_prompt(tok, p.text) for p in train],
+                                        [R.chat_prompt(tok, p.text, pw.CARDS[pole]) for p in train],
+                                        select_fn=_validation_scorer(tok, pole, val, s["generate"]["max_tokens"]),
+                                        progress=False)
+    heads = {p: folder / p / "adapter" for p in pw.POLES}
+    for pair in PAIRS:
+        adapters.save_mix(model, heads, dict(zip(pw.POLES, RECIPES[pair])), folder / f"mix_{pair}")
+    return {"heads": summaries}
+
+
+# ---------------------------------------------------------------- generation
+
+class ChatBackend:
+    """A local backend whose prompts are tiny-chat's chat format, with an optional fixed system card.
+
+    ``Backend.prompt("plain", …)`` would add Qwen3's empty think block (``enable_thinking=False``),
+    which tiny-chat never saw; this wrapper templates exactly as tiny-chat was trained (and as the
+    distillation and the router read prompts). The card is part of the identity (the cache key).
+    """
+
+    def __init__(self, inner, system: str | None = None):
+        self.inner, self.system, self.name = inner, system, inner.name
+
+    def prompt(self, fmt: str, text: str) -> Prompt:
+        if fmt != "plain":
+            raise ValueError(f"the persona systems use the plain chat format, not {fmt!r}")
+        return Prompt(R.chat_prompt(self.inner.tokenizer, text, self.system), (), True)
+
+    def identity(self) -> dict:
+        return {**self.inner.identity(), "system_prompt": self.system, "template": "tiny-chat, no thinking switch"}
+
+    def generate(self, requests, params):
+        return self.inner.generate(requests, params)
+
+
+def units(out: Path, s: dict) -> dict[str, tuple[str | None, str | None]]:
+    """Generation units: name → (adapter folder or None, system card or None)."""
+    u: dict = {"base": (None, None)}
+    for t in pw.TYPES:
+        u[f"card-{t}"] = (None, pw.card_for(t))
+    for arm in s["arms"]["losses"]:
+        for seed in s["arms"]["seeds"]:
+            folder = out / "heads" / f"{arm}-s{seed}"
+            for pole in pw.POLES:
+                u[f"{arm}-s{seed}-{pole}"] = (str(folder / pole / "adapter"), None)
+            for pair in PAIRS:
+                u[f"{arm}-s{seed}-{pair}"] = (str(folder / f"mix_{pair}"), None)
+    return u
+
+
+def stage_generate(out: Path, s: dict) -> None:
+    g = s["generate"]
+    model = _model(s)
+    for name, (adapter, card) in units(out, s).items():
+        kind = g.get("backend", "transformers")
+        options = accepted_options(kind, batch_size=g["batch_size"], dtype=g.get("dtype"),
+                                   max_lora_rank=g.get("max_lora_rank"), max_model_len=g.get("max_model_len"))
+        backend: Backend = ChatBackend(make_backend(kind, model, adapter, **options), card)
+        runs.sample(out / "gen" / name, "personas", "plain", backend, 1, SamplingParams(g["max_tokens"], 0.0),
+                    seed=0, task_options=_task_options(s), chunk=g["batch_size"], progress=False,
+                    cache=out / "gen" / "cache.jsonl")
+
+
+# ---------------------------------------------------------------- systems
+
+def _unit_texts(out: Path, name: str) -> dict[str, str]:
+    from ...records import Sample
+
+    return {x.problem_id: x.completion for x in read_jsonl(out / "gen" / name / "rollouts.jsonl", Sample)}
+
+
+def systems_rows(out: Path, s: dict, arm: str, seed: int) -> list[dict]:
+    picks = {r["prompt_id"]: tuple(r["selected"]) for r in read_jsonl(out / "router" / "test_pred.jsonl")}
+    prefix = f"{arm}-s{seed}"
+    cache: dict = {}
+
+    def text(unit, pid):
+        if unit not in cache:
+            cache[unit] = _unit_texts(out, unit)
+        return cache[unit][pid]
+
+    def head_unit(poles):
+        t = pw.type_of(poles)
+        return f"{prefix}-{t}" if t else "base"
+
+    def card_unit(poles):
+        t = pw.type_of(poles)
+        return f"card-{t}" if t else "base"
+
+    rows = []
+    for p in _prompts(s, "test"):
+        pk, true = picks[p.id], pw.poles_of(p.preference)
+        responses = {"base": text("base", p.id)}
+        for pole in pw.POLES:
+            responses[f"head_{pole}"] = text(f"{prefix}-{pole}", p.id)
+        responses["router_head"] = text(head_unit(pk), p.id)
+        responses["router_persona"] = text(card_unit(pk), p.id)
+        responses["oracle_head"] = text(head_unit(true), p.id)
+        responses["oracle_persona"] = text(card_unit(true), p.id)
+        rows.append({"prompt_id": p.id, "prompt": p.text, "preference": p.preference, "gold": str(p.problem.answer),
+                     "n_steps": len(p.problem.steps), "user": p.user, "router_pick": pw.type_of(pk) or "none",
+                     "pick_size": {0: "none", 1: "one pole", 2: "two poles"}[len(pk)], "arm": arm, "seed": seed,
+                     "responses": responses})
+    return rows
+
+
+def stage_systems(out: Path, s: dict) -> None:
+    folder = out / "systems"
+    folder.mkdir(parents=True, exist_ok=True)
+    for arm in s["arms"]["losses"]:
+        for seed in s["arms"]["seeds"]:
+            path = folder / f"{arm}-s{seed}.jsonl"
+            tmp = path.with_suffix(".jsonl.tmp")
+            tmp.unlink(missing_ok=True)
+            append_jsonl(tmp, systems_rows(out, s, arm, seed))
+            tmp.replace(path)
