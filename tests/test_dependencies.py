@@ -4,6 +4,8 @@ the exact environment that meets them.
 - every requirement of the core and of the ``book``, ``embed`` and ``dev`` extras (through the
   extras they name, ``transformers[serving]`` among them) is met by a pin of the lock, and each
   pin of the lock is what this environment has installed;
+- what ``pip install polyvox`` installs (the core's requirements, followed through the installed
+  packages' own) holds no package of the book or embed extras: no Jupyter Book in a training job;
 - the core never needs an extra at import: every module outside :mod:`polyvox.book` imports in a
   process where the book's, the embedder's and vLLM's packages cannot be imported.
 """
@@ -80,6 +82,26 @@ def test_the_lock_meets_every_range_and_is_what_is_installed(root):
     for name, version in pins.items():
         installed = metadata.version(name).split("+")[0]  # torch's CPU wheel is 2.13.0+cpu
         assert installed == version, f"the lock pins {name}=={version}; this environment has {installed}"
+
+
+def test_installing_the_core_pulls_no_book_and_no_embedder(root):
+    todo = [Requirement(r) for r in _project(root)["dependencies"]]
+    seen: dict[str, str] = {}  # package -> the requirement that brought it
+    while todo:
+        req = todo.pop()
+        name = canonicalize_name(req.name)
+        if name in seen:
+            continue
+        seen[name] = str(req)
+        for r in metadata.requires(req.name) or []:
+            inner = Requirement(r)
+            if inner.marker is None or inner.marker.evaluate({"extra": ""}) or \
+                    any(inner.marker.evaluate({"extra": e}) for e in req.extras):
+                inner.marker = None
+                todo.append(inner)
+    extras = set().union(*(names for extra, names in EXTRAS.items() if extra != "gpu")) | {"ipykernel", "jupyterlab"}
+    assert not extras & set(seen), sorted(extras & set(seen))
+    assert {"torch", "transformers", "openai", "pydantic"} <= set(seen)
 
 
 BLOCKED = """
