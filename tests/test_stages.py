@@ -102,7 +102,8 @@ def test_a_hosted_run_keeps_its_manifest_and_the_stage_records_beside_it(tmp_pat
     hosted = (tmp_path / "b" / "manifest.json").read_text()
     assert "settings" not in json.loads(hosted) and json.loads(hosted)["config"] == {"steps": 1}
     record = json.loads((tmp_path / "b" / stages.STAGE_RECORD).read_text())
-    assert record["status"] == "complete" and record["settings"]["inputs"] == {"a": stages.manifest_digest(tmp_path / "a")}
+    assert record["status"] == "complete"
+    assert record["settings"]["inputs"] == {"a": stages.manifest_digest(tmp_path / "a")}
     toy(tmp_path, calls, hosted=True).run()
     assert calls == ["a", "b"] and (tmp_path / "b" / "manifest.json").read_text() == hosted
     (tmp_path / "a" / "manifest.json").unlink()  # retrain a: the hosted run is stale, cleared, redone

@@ -254,8 +254,8 @@ class Pipeline:
     ``root``: more fields for the root manifest; ``setup()``: work under the root lock before the stages."""
 
     def __init__(self, kind: str, out: str | Path, scale: dict, stages: list[Stage], names: tuple[str, ...], *,
-                 recognise=None, ignore: tuple[str, ...] = (), checks: Iterable[Callable] = (), root: dict | None = None,
-                 setup: Callable[[], None] | None = None):
+                 recognise=None, ignore: tuple[str, ...] = (), checks: Iterable[Callable] = (),
+                 root: dict | None = None, setup: Callable[[], None] | None = None):
         self.kind, self.out, self.scale, self.stages, self.names = kind, Path(out), scale, list(stages), tuple(names)
         self.recognise, self.ignore, self.checks = recognise, ignore, list(checks)
         self.root, self.setup = dict(root or {}), setup

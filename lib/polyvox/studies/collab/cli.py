@@ -62,10 +62,13 @@ def add_commands(subparsers) -> None:
     r.set_defaults(func=_cmd_run)
 
 
-def main(argv=None) -> int:
-    import argparse
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # a usage error is one line, as in ``polyvox`` itself
+        self.exit(2, f"{self.prog}: {' '.join(message.split())} (see {self.prog} --help)\n")
 
-    parser = argparse.ArgumentParser(prog="polyvox-collab")
+
+def main(argv=None) -> int:
+    parser = _Parser(prog="polyvox-collab")
     add_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     return args.func(args)

@@ -58,7 +58,8 @@ def _recognise(out: Path) -> bool:
 
 def _stages(out: Path, s: dict) -> list[stages.Stage]:
     settings = stages.settings_of
-    heads = [(arm, seed, out / "heads" / f"{arm}-s{seed}") for arm in s["arms"]["losses"] for seed in s["arms"]["seeds"]]
+    heads = [(arm, seed, out / "heads" / f"{arm}-s{seed}")
+             for arm in s["arms"]["losses"] for seed in s["arms"]["seeds"]]
     generate = {k: v for k, v in s["generate"].items() if f"generate.{k}" not in RUN_ONLY}
 
     def generated() -> bool:  # a run recorded before gen/ had a record: every unit's run complete

@@ -80,8 +80,9 @@ def _rl_config(out: Path, s: dict, seed: int, arm: str, folder: Path, rl_stages,
     r = s["rl"]
     model = out / "models" / ("tiny-base" if arm == "panel" else "tiny-think")
     return grpo.RLConfig(model=str(model), arm=arm, out=str(folder), init_adapter=str(init) if init else None,
-                         stages=rl_stages, lora_rank=r["lora_rank"], lora_alpha=2 * r["lora_rank"], group_size=r["group"],
-                         prompts_per_step=r["prompts"], max_completion_length=s["sampling"]["max_tokens"],
+                         stages=rl_stages, lora_rank=r["lora_rank"], lora_alpha=2 * r["lora_rank"],
+                         group_size=r["group"], prompts_per_step=r["prompts"],
+                         max_completion_length=s["sampling"]["max_tokens"],
                          eval_every=r["eval_every"], heldout=heldout, heldout_samples=r["heldout_samples"],
                          learning_rate=r["lr"], save_every=1000, seed=seed)
 
