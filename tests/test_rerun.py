@@ -4,7 +4,7 @@ Each such chapter runs end to end through the real command line (``.venv/bin/pol
 --out …``) on a CPU with the tiny models shipped in ``data/models/``, at the smallest settings. The
 commands run in a copy of the repository (its working directory, as from a fresh clone), and after
 each one the copy's tree is compared with a snapshot taken before: nothing may be written outside
-``--out`` (a generating chapter's own ``out`` is given inside it). Every text file of a run names no
+``--out`` (a generating chapter's pipeline writes into ``<--out>/run`` unless ``-p out=`` says otherwise). Every text file of a run names no
 absolute path (paths inside a run are relative to it or to the repository root). A failed chapter
 run's folder is resumed by the same command.
 
@@ -151,7 +151,7 @@ bands: {pool_per_level: 1, group: 4, if_empty: whole-pool}
 def test_a_generating_chapter_runs_its_pipeline_inside_out(repo, chapter, extra):
     (repo / "runs/world-test.yaml").write_text(WORLD_TEST_SCALE)
     out = f"runs/{chapter.replace('/', '-')}"
-    polyvox_run(repo, chapter, out, ["-p", "generate=true", *extra, "-p", f"out={out}/run"])
+    polyvox_run(repo, chapter, out, ["-p", "generate=true", *extra])  # its pipeline: <out>/run by default
     assert (repo / out / "run").is_dir() and any((repo / out / "run").iterdir())
 
 
