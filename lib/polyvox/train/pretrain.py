@@ -115,6 +115,20 @@ def train_loop(model, batches_fn, steps: int, lr: float, device: str, log: list,
     model.eval()
 
 
+def tiny_qwen3(tok, hidden: int, layers: int, head_dim: int, max_positions: int):
+    """A randomly initialised Qwen3 causal LM for ``tok``: tied embeddings, FFN 3× hidden, one KV head
+    per two query heads, ``hidden // head_dim`` query heads (at least one), eos/pad from the tokenizer."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    heads = max(1, hidden // head_dim)
+    cfg = Qwen3Config(vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 3, num_hidden_layers=layers,
+                      num_attention_heads=heads, num_key_value_heads=max(1, hidden // (2 * head_dim)),
+                      head_dim=head_dim, max_position_embeddings=max_positions, tie_word_embeddings=True,
+                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None,
+                      rope_theta=10000.0)
+    return Qwen3ForCausalLM(cfg)
+
+
 def save(model, tok, path: Path) -> None:
     import torch
 

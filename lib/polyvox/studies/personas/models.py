@@ -16,7 +16,7 @@ import json
 import time
 from pathlib import Path
 
-from ...train.pretrain import save, sft_batches, train_loop, train_tokenizer
+from ...train.pretrain import save, sft_batches, tiny_qwen3, train_loop, train_tokenizer
 from . import world as pw
 
 
@@ -24,7 +24,6 @@ def build(out: str | Path, seed: int = 0, n_examples: int = 6000, hidden: int = 
           vocab_size: int = 800, batch: int = 32, steps: int = 1200, lr: float = 2e-3, device: str = "cpu",
           progress: bool = True) -> dict:
     import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
 
     out = Path(out)
     torch.manual_seed(seed)
@@ -39,12 +38,7 @@ def build(out: str | Path, seed: int = 0, n_examples: int = 6000, hidden: int = 
         p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
         f_ids = tok(full, add_special_tokens=False)["input_ids"]
         rows.append((f_ids, len(p_ids)))
-    cfg = Qwen3Config(vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 3, num_hidden_layers=layers,
-                      num_attention_heads=max(1, hidden // 32), num_key_value_heads=max(1, hidden // 64),
-                      head_dim=32, max_position_embeddings=512, tie_word_embeddings=True,
-                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None,
-                      rope_theta=10000.0)
-    model = Qwen3ForCausalLM(cfg).to(device)
+    model = tiny_qwen3(tok, hidden, layers, head_dim=32, max_positions=512).to(device)
     gen = torch.Generator().manual_seed(seed)
 
     batch_fn = sft_batches(rows, batch, tok.pad_token_id, gen)

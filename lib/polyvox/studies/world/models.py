@@ -26,7 +26,7 @@ import random
 import time
 from pathlib import Path
 
-from ...train.pretrain import pack, save, sft_batches, train_loop, train_tokenizer
+from ...train.pretrain import pack, save, sft_batches, tiny_qwen3, train_loop, train_tokenizer
 from . import problems as world
 
 
@@ -58,7 +58,7 @@ def build(out: str | Path, seed: int = 0, n_per_level: int = 4000, hidden: int =
           think_steps: int = 400, lr: float = 1e-3, device: str | None = None, progress: bool = True) -> dict:
     """Train tokenizer, tiny-base and tiny-think into out/{tiny-base,tiny-think}; returns the cards."""
     import torch
-    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     out = Path(out)
@@ -71,12 +71,7 @@ def build(out: str | Path, seed: int = 0, n_per_level: int = 4000, hidden: int =
     # tokenizer switches eos to <|im_end|>, the end of a chat turn
     tok = train_tokenizer(docs[:20000], base_dir, vocab_size, eos="<|endoftext|>")
     data = pack(tok, docs, seq_len)
-    cfg = Qwen3Config(vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 3, num_hidden_layers=layers,
-                      num_attention_heads=max(1, hidden // 64), num_key_value_heads=max(1, hidden // 128),
-                      head_dim=64, max_position_embeddings=2048, tie_word_embeddings=True,
-                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None,
-                      rope_theta=10000.0)
-    model = Qwen3ForCausalLM(cfg).to(device)
+    model = tiny_qwen3(tok, hidden, layers, head_dim=64, max_positions=2048).to(device)
     log: list = []
     gen = torch.Generator().manual_seed(seed)
 
