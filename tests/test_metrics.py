@@ -64,6 +64,17 @@ def test_wilson_matches_published_interval():
         metrics.wilson_interval(3, 0)
 
 
+@pytest.mark.parametrize("k,n", [(0, 10), (10, 10), (3, 7), (1, 1), (500, 1000), (626, 1072), (1, 10000)])
+def test_wilson_by_scipy_pins_the_closed_form(k, n):
+    # the score interval written out (z = 1.96), as polyvox computed it before SciPy did
+    import math
+
+    z, p = 1.96, k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    assert metrics.wilson_interval(k, n) == pytest.approx((centre - half, centre + half), abs=1e-12)
+
+
 def test_bootstrap_resamples_prompts_and_is_seeded():
     per_prompt = np.array([[1, 1, 1, 1], [0, 0, 0, 0]] * 10)
     a = metrics.bootstrap_ci(per_prompt, statistic=np.mean, seed=3)

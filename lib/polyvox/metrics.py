@@ -78,16 +78,16 @@ def pass_at_k_curve(n: Sequence[int], c: Sequence[int], ks: Sequence[int]) -> np
 
 
 def wilson_interval(successes, n, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval for a binomial proportion (successes out of n)."""
+    """Wilson score interval for a binomial proportion (successes out of n), by SciPy's
+    ``binomtest(...).proportion_ci(method="wilson")`` at the confidence level of ``z``."""
+    from scipy.stats import binomtest, norm
+
     if n <= 0:
         raise ValueError("wilson_interval: n must be positive")
     if not 0 <= successes <= n:
         raise ValueError("wilson_interval: need 0 <= successes <= n")
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (centre - half, centre + half)
+    ci = binomtest(int(successes), int(n)).proportion_ci(confidence_level=float(2 * norm.cdf(z) - 1), method="wilson")
+    return (float(ci.low), float(ci.high))
 
 
 def bootstrap_ci(
