@@ -8,9 +8,9 @@ each one the copy's tree is compared with a snapshot taken before: nothing may b
 absolute path (paths inside a run are relative to it or to the repository root). A failed chapter
 run's folder is resumed by the same command.
 
-Slow tier (``-m slow``): about 2.5 minutes of CPU time (accuracy on tiny models with length and explorer
-on its run about 30 s, the resume 20 s, personas and collab at ``smoke`` 10 s and 35 s, the world on a
-scale below ``smoke`` 70 s); longer in wall time on shared cores.
+Slow tier (``-m slow``). Measured on 2 shared, busy cores: 4.5 minutes in all — the world on a scale below
+``smoke`` 112 s (about 70 s of CPU), accuracy on the tiny models with length and explorer on its run 55 s,
+collab at ``smoke`` 38 s, personas at ``smoke`` 33 s, the resume 28 s: above the 90 s it was meant to cost.
 """
 import json
 import os
