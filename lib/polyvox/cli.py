@@ -18,6 +18,7 @@ file is written. ``--debug`` (or ``POLYVOX_DEBUG=1``) shows the traceback instea
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 import re
 import sys
 
@@ -97,7 +98,9 @@ def _cmd_sample(args) -> int:
                  SamplingParams(args.max_tokens, args.temperature, args.top_p), seed=args.seed,
                  limit=args.limit, shard=args.shard, nshards=args.nshards, data_dir=args.data_dir,
                  chunk=args.chunk, task_options=task_options, cache=args.cache, progress=sys.stderr.isatty())
-    print(f"rollouts: {out / 'rollouts.jsonl'}")
+    from .runs import summarize, summary_lines
+
+    print("\n".join(summary_lines([summarize(out, args.data_dir)])))
     return 0
 
 
@@ -110,14 +113,23 @@ def _cmd_merge(args) -> int:
 
 
 def _cmd_grade(args) -> int:
-    from .records import read_manifest
-    from .runs import STATUSES, grade
+    from .records import RecordError
+    from .runs import find_runs, grade, summarize, summary_lines
 
     limit = {} if args.max_ungradable is None else {"max_ungradable": args.max_ungradable}
-    path = grade(args.run, args.data_dir, workers=args.workers, **limit)
-    counts = read_manifest(path.parent)["grading"]["status_counts"]
-    order = [*STATUSES, *sorted(set(counts) - set(STATUSES))]
-    print(f"graded: {path} (" + ", ".join(f"{k.replace('_', ' ')} {counts[k]}" for k in order) + ")")
+    # a run folder (graded as given, so its errors name what is wrong with it), or a folder of run folders
+    root = Path(args.run)
+    runs = [root]
+    if root.is_dir() and not any((root / f).exists() for f in ("manifest.json", "rollouts.jsonl", "graded.jsonl")):
+        try:
+            runs = find_runs(root)
+        except RecordError:  # nothing below either: grading the folder itself says what it lacks
+            pass
+    for run in runs:
+        grade(run, args.data_dir, workers=args.workers, **limit)
+    names = [run.relative_to(root).as_posix() if run != root else run.name for run in runs]
+    print("\n".join(summary_lines([summarize(run, args.data_dir, grade_in_memory=False, name=name)
+                                    for run, name in zip(runs, names)])))
     return 0
 
 
@@ -209,8 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--out", required=True)
     m.set_defaults(func=_cmd_merge)
 
-    g = sub.add_parser("grade", help="grade a run folder into graded.jsonl")
-    g.add_argument("run")
+    g = sub.add_parser("grade", help="grade a run folder (or every run folder below one) into graded.jsonl")
+    g.add_argument("run", help="a run folder, or a folder holding run folders")
     g.add_argument("--data-dir", default="data", help="the data the run was sampled from (its problems are checked)")
     g.add_argument("--workers", type=config.integer(1), help="grading processes (math); default: the CPUs, at most 8")
     g.add_argument("--max-ungradable", type=config.number(0, 1, what="a fraction in [0, 1]"), metavar="FRACTION",
