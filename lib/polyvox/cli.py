@@ -119,15 +119,15 @@ def _cmd_grade(args) -> int:
     limit = {} if args.max_ungradable is None else {"max_ungradable": args.max_ungradable}
     # a run folder (graded as given, so its errors name what is wrong with it), or a folder of run folders
     root = Path(args.run)
-    runs = [root]
-    if root.is_dir() and not any((root / f).exists() for f in ("manifest.json", "rollouts.jsonl", "graded.jsonl")):
+    runs = [args.run]  # as given: grade refuses '' by its own name
+    if args.run.strip() and root.is_dir() and not any((root / f).exists() for f in ("manifest.json", "rollouts.jsonl", "graded.jsonl")):
         try:
             runs = find_runs(root)
         except RecordError:  # nothing below either: grading the folder itself says what it lacks
             pass
     for run in runs:
         grade(run, args.data_dir, workers=args.workers, **limit)
-    names = [run.relative_to(root).as_posix() if run != root else run.name for run in runs]
+    names = [Path(run).relative_to(root).as_posix() if Path(run) != root else Path(run).resolve().name for run in runs]
     print("\n".join(summary_lines([summarize(run, args.data_dir, grade_in_memory=False, name=name)
                                     for run, name in zip(runs, names)])))
     return 0
