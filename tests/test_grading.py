@@ -113,3 +113,17 @@ def test_pathological_item_gets_a_verdict_and_does_not_stop_the_batch():
     got = grade_many("math", [r"\boxed{9^{9^{9^{9}}}}", r"\boxed{2}"], ["1", "2"], workers=1, chunk=1, item_timeout_s=3)
     assert [g.correct for g in got] == [False, True]
     assert time.perf_counter() - t0 < 60  # math-verify's own 5 s limit, in a worker process
+
+
+@pytest.mark.parametrize("answer,gold,correct", [
+    ("<answer>1/7</answer>", "7", True),       # the last integer: a fraction's denominator
+    ("<answer>7? no: 7.5</answer>", "7", True),  # 7.5 is not an integer: passed over
+    ("<answer>0x7</answer>", "7", True),       # hex is not read as one number
+    ("<answer>7.0</answer>", "7", True),
+    ("<answer>7.5</answer>", "7", False),
+])
+def test_the_integer_rule_is_the_studys_last_integer(answer, gold, correct):
+    # the panel study grades AIME by the last integer written; answers.py's docstring states the consequences
+    from polyvox import grading
+
+    assert grading.grade("integer", answer, gold).correct is correct

@@ -30,6 +30,12 @@ compares exactly (a float round trip changed 20-digit answers). These graders
 get only the plain Unicode normalisation (:func:`normalize_unicode_plain`:
 zero-width characters, odd spaces, full-width forms, the minus sign), since
 ``½`` → ``\\frac{1}{2}`` would put two integers where a number was.
+
+The ``integer`` rule is the panel study's for AIME: *the last integer* written, so numbers that
+are not integers are passed over on the way back — ``1/7`` answers 7, ``7.5`` after ``7``
+answers 7, ``0x7`` answers 7. A stricter rule (the last number must itself be an integer)
+would grade the study's records by another rule than the study's; ``tests/test_grading.py``
+pins these cases so a change of rule is a visible decision.
 """
 from __future__ import annotations
 
