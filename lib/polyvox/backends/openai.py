@@ -23,7 +23,14 @@ and any piece of six or more of its characters) before anyone sees it: completio
 ``rollouts.jsonl``, the request cache and judges' raw replies), and error bodies, which are
 scrubbed before they are cut short. A key must be six or more printable ASCII characters
 without spaces — a shorter one could not be taken out of a text without cutting ordinary
-words out of it too.
+words out of it too. A base URL whose query string names a credential (``?api_key=…``,
+``?token=…``) is refused: the key goes through ``api_key_env``, never through the address.
+
+Replies are checked before they are used: the text must be a string, ``usage``'s token counts
+non-negative integers (a reply without ``usage``, or without one of its counts, counts 0) and
+``finish_reason`` a non-empty string, recorded as the server gave it (``stop``, ``length``,
+``content_filter``, …); only a reply that names none is recorded as ``stop``. A reply that fails
+a check is refused in one line naming the field and its type, never its value.
 """
 from __future__ import annotations
 
@@ -65,8 +72,25 @@ def split_credentials(base_url: str) -> tuple[str, str | None]:
     clean = urllib.parse.urlunsplit(parts._replace(netloc=host)).rstrip("/")
     if parts.scheme not in ("http", "https") or not host:
         raise ValueError(f"--base-url must be an http(s) address with a host, such as http://127.0.0.1:8000; "
-                         f"got {scrub_text(clean)!r}")
+                         f"got {scrub_text(parts._replace(netloc=host, query='', fragment='').geturl())!r}")
+    named = [name for name, _ in urllib.parse.parse_qsl(parts.query, keep_blank_values=True) if _credential_name(name)]
+    if named:
+        # a key in the query string would be kept in the backend's identity (manifests, cache keys) and
+        # printed in errors: refused, never sent, never stored
+        raise ValueError(f"--base-url carries a credential in its query string (parameter "
+                         f"{', '.join(sorted(set(named)))[:80]!r}): leave it out of the address and give the key "
+                         "through --api-key-env (the name of an environment variable holding it)")
     return clean, (urllib.parse.unquote(userinfo) if at else None)
+
+
+_CREDENTIAL_WORDS = ("key", "token", "secret", "password", "passwd", "pwd", "auth", "credential", "signature",
+                     "session")
+
+
+def _credential_name(name: str) -> bool:
+    """Whether a query parameter's name says it holds a credential (``api_key``, ``access_token``, ``sig``, …)."""
+    flat = re.sub(r"[^a-z0-9]", "", name.lower())
+    return flat in ("sig", "pass", "pw") or any(word in flat for word in _CREDENTIAL_WORDS)
 
 
 def read_key(api_key_env: str | None) -> str | None:
@@ -236,18 +260,46 @@ class OpenAIBackend:
         if not isinstance(choices, list) or not choices:
             raise RuntimeError(f"{self.base_url}: a reply without choices")
         choice = choices[0]
+        where = "choices[0].message.content" if r.chat else "choices[0].text"
         text = _get(_get(choice, "message"), "content") if r.chat else _get(choice, "text")
         usage = _get(data, "usage")
-        finish = _get(choice, "finish_reason") or "stop"
+        finish = _get(choice, "finish_reason")
+        # every field is checked before it is used; a message names the field and the type it has, never its
+        # value (a server may echo what it was sent, the key among it)
+        if not isinstance(text, str):
+            raise RuntimeError(f"{self.base_url}: a reply whose {where} is {_kind(text)}, not a string")
+        if finish is None:
+            finish = "stop"  # a server that names no finish reason: read as a normal stop
+        elif not isinstance(finish, str) or not finish:
+            raise RuntimeError(f"{self.base_url}: a reply whose choices[0].finish_reason is {_kind(finish)}, "
+                               "not a non-empty string")
+        tokens = []
+        for field in ("prompt_tokens", "completion_tokens"):
+            value = _get(usage, field)
+            if value is None:
+                value = 0  # a server that reports no usage: counted as 0
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise RuntimeError(f"{self.base_url}: a reply whose usage.{field} is "
+                                   f"{'a negative integer' if isinstance(value, int) else _kind(value)}, "
+                                   "not a non-negative integer")
+            tokens.append(value)
         # a server may echo what it was sent (the Authorization header among it): never pass it on
-        text = scrub_text(str(text or ""), *self.secrets())
-        return Completion(text, int(_get(usage, "prompt_tokens") or 0), int(_get(usage, "completion_tokens") or 0),
-                          "length" if finish == "length" else "stop", time.perf_counter() - t0)
+        text = scrub_text(text, *self.secrets())
+        finish = scrub_text(finish, *self.secrets())
+        return Completion(text, tokens[0], tokens[1], finish, time.perf_counter() - t0)
 
     def generate(self, requests: list[Request], params: SamplingParams) -> list[Completion]:
         self.client()
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
             return list(pool.map(lambda r: self._one(r, params), requests))
+
+
+def _kind(value) -> str:
+    """What a reply's field is, by type only (never its value)."""
+    if value is None:
+        return "missing or null"
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
+            dict: "an object"}.get(type(value), f"a {type(value).__name__}")
 
 
 def _get(obj, name: str):

@@ -1,0 +1,99 @@
+"""Regression tests for the hostile audit's findings in the clients: the openai backend's replies
+and base URL, the request cache's lines, judge runs and tallies, and explore's notebook."""
+import http.server
+import json
+import threading
+from contextlib import contextmanager
+
+import pytest
+
+from polyvox.backends import Request, SamplingParams
+from polyvox.backends.openai import OpenAIBackend
+
+KEY = "sk-audit-0123456789"
+
+
+class Replying(http.server.BaseHTTPRequestHandler):
+    reply: dict = {}
+
+    def do_POST(self):  # noqa: N802
+        self.rfile.read(int(self.headers["Content-Length"]))
+        body = json.dumps(Replying.reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@contextmanager
+def replying(choice: dict, usage=None):
+    Replying.reply = {"choices": [choice], **({} if usage is None else {"usage": usage})}
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Replying)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_port}"
+    finally:
+        srv.shutdown()
+
+
+def _one(url, monkeypatch):
+    monkeypatch.setenv("POLYVOX_AUDIT_KEY", KEY)
+    backend = OpenAIBackend("m", base_url=url, api_key_env="POLYVOX_AUDIT_KEY", max_retries=0)
+    [c] = backend.generate([Request("hi", seed=1)], SamplingParams(max_tokens=2))
+    return c
+
+
+# 6: a usage field holding the key
+@pytest.mark.parametrize("usage", [{"prompt_tokens": 1, "completion_tokens": KEY},
+                                   {"prompt_tokens": 1, "completion_tokens": -3},
+                                   {"prompt_tokens": 1.5, "completion_tokens": 1},
+                                   {"prompt_tokens": True, "completion_tokens": 1}])
+def test_openai_usage_not_a_count_is_refused_without_quoting_it(usage, monkeypatch):
+    with replying({"text": "ok", "finish_reason": "stop"}, usage) as url:
+        with pytest.raises(RuntimeError) as err:
+            _one(url, monkeypatch)
+    msg = str(err.value)
+    assert "\n" not in msg and KEY not in msg and "usage." in msg and "-3" not in msg and "1.5" not in msg
+
+
+# 26/27: text null or a number
+@pytest.mark.parametrize("text", [None, 42, ["a"], {"k": KEY}])
+def test_openai_text_not_a_string_is_refused(text, monkeypatch):
+    with replying({"text": text, "finish_reason": "stop"}, {"prompt_tokens": 1, "completion_tokens": 1}) as url:
+        with pytest.raises(RuntimeError, match=r"choices\[0\]\.text") as err:
+            _one(url, monkeypatch)
+    assert "\n" not in str(err.value) and KEY not in str(err.value) and "42" not in str(err.value)
+
+
+def test_openai_finish_reason_not_a_string_is_refused(monkeypatch):
+    with replying({"text": "ok", "finish_reason": 7}, {"prompt_tokens": 1, "completion_tokens": 1}) as url:
+        with pytest.raises(RuntimeError, match="finish_reason"):
+            _one(url, monkeypatch)
+
+
+# 28: finish reasons kept as given; None is a normal stop; no usage counts 0
+@pytest.mark.parametrize("finish,recorded", [("content_filter", "content_filter"), ("length", "length"),
+                                             ("stop", "stop"), (None, "stop")])
+def test_openai_finish_reason_is_kept_as_the_server_gave_it(finish, recorded, monkeypatch):
+    with replying({"text": "ok", "finish_reason": finish}) as url:
+        c = _one(url, monkeypatch)
+    assert c.finish_reason == recorded and c.text == "ok" and (c.prompt_tokens, c.completion_tokens) == (0, 0)
+
+
+# 8/9: a credential in the base URL's query string
+@pytest.mark.parametrize("query", [f"api_key={KEY}", f"x=1&access_token={KEY}", f"apiKey={KEY}", f"sig={KEY}"])
+def test_openai_base_url_with_a_credential_query_is_refused(query, monkeypatch):
+    url = f"http://127.0.0.1:9/v1?{query}"
+    for make in (lambda: OpenAIBackend("m", base_url=url, api_key_env=None),
+                 lambda: OpenAIBackend.describe("m", base_url=url)):
+        with pytest.raises(ValueError, match="--api-key-env") as err:
+            make()
+        assert KEY not in str(err.value) and "\n" not in str(err.value)
+
+
+def test_openai_base_url_with_a_harmless_query_is_kept():
+    assert OpenAIBackend.describe("m", base_url="http://127.0.0.1:9?region=eu")["base_url"].endswith("?region=eu")
