@@ -97,3 +97,40 @@ def test_openai_base_url_with_a_credential_query_is_refused(query, monkeypatch):
 
 def test_openai_base_url_with_a_harmless_query_is_kept():
     assert OpenAIBackend.describe("m", base_url="http://127.0.0.1:9?region=eu")["base_url"].endswith("?region=eu")
+
+
+# 29/45: the request cache's lines are checked, refused with file:line
+_GOOD = {"text": "ok", "prompt_tokens": 1, "completion_tokens": 2, "finish_reason": "stop", "latency_s": 0.5}
+
+
+@pytest.mark.parametrize("line", [
+    {"completion": _GOOD},
+    {"key": 7, "completion": _GOOD},
+    {"key": "k", "completion": {**_GOOD, "text": 7}},
+    {"key": "k", "completion": {**_GOOD, "prompt_tokens": "many"}},
+    {"key": "k", "completion": {**_GOOD, "completion_tokens": -1}},
+    {"key": "k", "completion": {**_GOOD, "finish_reason": None}},
+    {"key": "k", "completion": {**_GOOD, "latency_s": "slow"}},
+    {"key": "k", "completion": {k: v for k, v in _GOOD.items() if k != "text"}},
+    {"key": "k", "completion": {**_GOOD, "extra": 1}},
+    {"key": "k", "completion": "ok"},
+    ["k", _GOOD],
+])
+def test_cache_line_of_the_wrong_shape_is_refused_with_file_and_line(line, tmp_path):
+    from polyvox.cache import CompletionCache
+    from polyvox.records import RecordError
+
+    path = tmp_path / "cache.jsonl"
+    path.write_text(json.dumps({"key": "a", "completion": _GOOD}) + "\n" + json.dumps(line) + "\n")
+    with pytest.raises(RecordError, match=rf"^{path}:2: ") as err:
+        CompletionCache(path)
+    assert "\n" not in str(err.value) and "many" not in str(err.value)
+
+
+def test_cache_line_of_the_right_shape_is_read(tmp_path):
+    from polyvox.cache import CompletionCache
+
+    path = tmp_path / "cache.jsonl"
+    path.write_text(json.dumps({"key": "a", "completion": {**_GOOD, "finish_reason": "content_filter"}}) + "\n")
+    c = CompletionCache(path).get("a")
+    assert (c.text, c.prompt_tokens, c.completion_tokens, c.finish_reason) == ("ok", 1, 2, "content_filter")

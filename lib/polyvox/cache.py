@@ -6,7 +6,10 @@ Key = sha256 over the canonical JSON of
 A hit returns the stored completion without calling the backend. Entries are appended
 (one line each, flushed and fsynced) after each backend call, so a crash loses at most
 the call in flight; a torn last line is cut off on open, as :func:`polyvox.records.iter_jsonl`
-tolerates one. :class:`CachingBackend` wraps any backend in the cache, as
+tolerates one; every other line is checked (a string key; a completion of exactly its five
+fields, each of its type: text and finish reason strings, token counts non-negative integers,
+latency a non-negative number) and one that is not is refused with file and line.
+:class:`CachingBackend` wraps any backend in the cache, as
 lm-evaluation-harness's ``CachingLM`` wraps a model.
 
 Secrets: a backend that holds credentials names them (``secrets()``: the openai backend's key
@@ -32,13 +35,39 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .backends.base import Backend, Completion, Request, SamplingParams
-from .records import append_jsonl, iter_jsonl, repair_truncated_tail, scrub_text
+from .records import RecordError, append_jsonl, iter_jsonl, repair_truncated_tail, scrub_text
 
 
 def request_key(identity: dict, request: Request, params: SamplingParams) -> str:
     blob = json.dumps({"identity": identity, "request": asdict(request), "params": asdict(params)},
                       sort_keys=True, ensure_ascii=False, default=list)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+_COUNTS = ("prompt_tokens", "completion_tokens")
+_FIELDS = ("text", *_COUNTS, "finish_reason", "latency_s")
+
+
+def _entry(obj) -> tuple[str, Completion | str]:
+    """(key, completion) of one cache line, or (``""``, what is wrong with it); never quotes a value."""
+    if not isinstance(obj, dict) or set(obj) != {"key", "completion"}:
+        return "", 'an object with exactly the fields "key" and "completion" is expected'
+    key, c = obj["key"], obj["completion"]
+    if not isinstance(key, str) or not key:
+        return "", '"key" is not a non-empty string'
+    if not isinstance(c, dict) or set(c) != set(_FIELDS):
+        return "", f'"completion" must be an object with exactly the fields {", ".join(_FIELDS)}'
+    if not isinstance(c["text"], str):
+        return "", '"completion.text" is not a string'
+    for name in _COUNTS:
+        if isinstance(c[name], bool) or not isinstance(c[name], int) or c[name] < 0:
+            return "", f'"completion.{name}" is not a non-negative integer'
+    if not isinstance(c["finish_reason"], str) or not c["finish_reason"]:
+        return "", '"completion.finish_reason" is not a non-empty string'
+    lat = c["latency_s"]
+    if isinstance(lat, bool) or not isinstance(lat, (int, float)) or not lat >= 0 or lat == float("inf"):
+        return "", '"completion.latency_s" is not a non-negative number'
+    return key, Completion(c["text"], c["prompt_tokens"], c["completion_tokens"], c["finish_reason"], float(lat))
 
 
 class CompletionCache:
@@ -50,8 +79,12 @@ class CompletionCache:
         self.hits = self.misses = 0
         if self.path.exists():
             repair_truncated_tail(self.path)  # an append after a torn line would glue onto it
-            for _, obj in iter_jsonl(self.path):
-                self.entries[obj["key"]] = Completion(**obj["completion"])
+            for line, obj in iter_jsonl(self.path):
+                key, completion = _entry(obj)
+                if isinstance(completion, str):
+                    raise RecordError(self.path, line, f"not a cache entry: {completion}; the cache only "
+                                      "spares requests: delete the file (or this line) and run again")
+                self.entries[key] = completion
 
     def get(self, key: str) -> Completion | None:
         hit = self.entries.get(key)
