@@ -7,7 +7,9 @@
 """
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from pathlib import Path
 
 from .records import RecordError, manifest_kind, read_manifest
@@ -35,7 +37,21 @@ class RunLock:
         missing = [p for p in (self.folder, *self.folder.parents) if not p.exists()]
         self.folder.mkdir(parents=True, exist_ok=True)
         self.created = missing  # deepest first
-        fh = open(self.folder / ".lock", "a+")
+        lock = self.folder / ".lock"
+        try:  # never through a link: a planted .lock symlink would have its target truncated
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise RecordError(lock, None, "is a symlink; polyvox never opens a run's lock through a link "
+                                  "(remove it)") from None
+            raise RecordError(lock, None, f"cannot be opened ({exc.strerror or exc})") from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:  # a hard link would be truncated as well
+            os.close(fd)
+            why = "is not a regular file" if not stat.S_ISREG(st.st_mode) else "has other hard links"
+            raise RecordError(lock, None, f"{why}; polyvox never truncates it (remove it)") from None
+        os.set_blocking(fd, True)
+        fh = os.fdopen(fd, "r+")
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -23,8 +23,10 @@ import datetime as _dt
 import functools
 import hashlib
 import json
+import math
 import os
 import platform
+import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,13 +158,86 @@ def from_dict(cls: Type[T], obj: Any, path: os.PathLike | str = "<memory>", line
                   for f in dataclasses.fields(cls) if f.init})
 
 
+class _Refused(ValueError):
+    """A value json.loads must not accept (a duplicate key, a non-finite or oversized number);
+    ``needle`` is text of the document that locates it."""
+
+    def __init__(self, message: str, needle: str | None = None):
+        super().__init__(message)
+        self.message, self.needle = message, needle
+
+
+def _no_duplicates(pairs: list) -> dict:
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise _Refused(f"duplicate key {k!r}", json.dumps(k))
+        out[k] = v
+    return out
+
+
+def _no_constant(name: str):
+    # NaN and ±Infinity are not JSON; Python's json module accepts them unless told not to
+    raise json.JSONDecodeError(f"{name} is not a JSON value", name, 0)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Refused(f"number {text[:20]}{'...' if len(text) > 20 else ''} is out of range (not finite)", text)
+    return value
+
+
+def _checked_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:  # more digits than sys.get_int_max_str_digits()
+        raise _Refused(f"integer of {len(text.lstrip('-'))} digits is too long", text) from None
+
+
+def _loads(text: str) -> Any:
+    """json.loads refusing NaN/Infinity, numbers that overflow, oversized integers and duplicate keys."""
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float, parse_int=_checked_int,
+                      object_pairs_hook=_no_duplicates)
+
+
+def _line_of(text: str, needle: str | None, nth: int = 1) -> int | None:
+    """1-based line of the ``nth`` occurrence of needle in text (None when not found)."""
+    if not needle:
+        return None
+    at = -1
+    for _ in range(nth):
+        at = text.find(needle, at + 1)
+        if at < 0:
+            return None
+    return text.count("\n", 0, at) + 1
+
+
+def _check_regular_file(path: Path, what: str) -> None:
+    """Refuse, before opening it, anything but a regular file (following a link): a FIFO would hang a
+    read, a device (/dev/zero) would fill memory."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        raise RecordError(path, None, "file not found") from None
+    except OSError as exc:
+        raise RecordError(path, None, f"cannot be read ({exc.strerror or exc})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise RecordError(path, None, f"is a folder, not a {what} file")
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+                else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
+        raise RecordError(path, None, f"is {kind}, not a regular {what} file; polyvox reads only regular files")
+
+
 def iter_jsonl(path: os.PathLike | str, tolerate_truncated_tail: bool = False) -> Iterator[tuple[int, Any]]:
-    """Yield (line_number, object) for each non-blank line; bad JSON raises RecordError."""
+    """Yield (line_number, object) for each non-blank line; bad JSON raises RecordError.
+
+    Refused, with file and line: anything but a regular file (checked before it is opened), a
+    duplicate key in an object, a number that is not finite (``1e400``) or an integer too long to
+    convert."""
     path = Path(path)
-    if not path.exists():
-        raise RecordError(path, None, "file not found")
-    if path.is_dir():
-        raise RecordError(path, None, "is a folder, not a JSONL file")
+    _check_regular_file(path, "JSONL")
     with path.open("rb") as fh:
         raw = fh.read()
     try:
@@ -177,16 +252,16 @@ def iter_jsonl(path: os.PathLike | str, tolerate_truncated_tail: bool = False) -
         if not text.strip():
             continue
         try:
-            yield i, json.loads(text, parse_constant=_no_constant)
+            obj = _loads(text)
         except json.JSONDecodeError as exc:
             if tolerate_truncated_tail and i - 1 == last:
                 return
             raise RecordError(path, i, f"malformed JSON ({exc.msg} at column {exc.colno})") from None
-
-
-def _no_constant(name: str):
-    # NaN and ±Infinity are not JSON; Python's json module accepts them unless told not to
-    raise json.JSONDecodeError(f"{name} is not a JSON value", name, 0)
+        except _Refused as exc:
+            raise RecordError(path, i, exc.message) from None
+        except (ValueError, RecursionError) as exc:
+            raise RecordError(path, i, f"cannot be read ({type(exc).__name__}: {str(exc)[:120]})") from None
+        yield i, obj
 
 
 def read_jsonl(path: os.PathLike | str, cls: Type[T] | None = None, tolerate_truncated_tail: bool = False) -> list:
@@ -201,18 +276,38 @@ def to_dict(record: Any) -> dict:
     return dataclasses.asdict(record) if dataclasses.is_dataclass(record) else dict(record)
 
 
+def _record_name(record: dict, n: int) -> str:
+    """A record in an error: its position in the batch and its key fields (never its text)."""
+    keys = [f"{k} {record[k]!r}" for k in ("problem_id", "sample_index", "prompt_id", "key", "id")
+            if k in record and isinstance(record[k], (str, int)) and len(repr(record[k])) <= 80]
+    return f"record {n}" + (f" ({', '.join(keys[:2])})" if keys else "")
+
+
 def append_jsonl(path: os.PathLike | str, records: Iterable[Any]) -> int:
-    """Append records (dataclasses or dicts), one line each, flushed to disk. Returns the count."""
+    """Append records (dataclasses or dicts), one line each, flushed to disk. Returns the count.
+
+    The whole batch is encoded first: a record that cannot be written as strict JSON in UTF-8 (a
+    NaN or infinite number, a lone surrogate) is a one-line :class:`RecordError` naming the file and
+    the record, and nothing of the batch is written."""
     path = Path(path)
+    lines = []
+    for n, r in enumerate(records, start=1):
+        d = to_dict(r)
+        try:
+            lines.append((json.dumps(d, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8"))
+        except ValueError as exc:  # UnicodeEncodeError is one
+            why = ("holds a lone surrogate (not encodable as UTF-8)" if isinstance(exc, UnicodeEncodeError)
+                   else "holds a number that is not finite (NaN or Infinity is not JSON)"
+                   if "Out of range float" in str(exc) else str(exc).splitlines()[0][:120])
+            raise RecordError(path, None, f"cannot write {_record_name(d, n)}: {why}; nothing of this batch "
+                              "was written") from None
     path.parent.mkdir(parents=True, exist_ok=True)
-    n = 0
-    with path.open("a", encoding="utf-8") as fh:
-        for r in records:
-            fh.write(json.dumps(to_dict(r), ensure_ascii=False) + "\n")
-            n += 1
+    with path.open("ab") as fh:
+        for line in lines:
+            fh.write(line)
         fh.flush()
         os.fsync(fh.fileno())
-    return n
+    return len(lines)
 
 
 def repair_truncated_tail(path: os.PathLike | str) -> bool:
@@ -367,7 +462,13 @@ def write_manifest(folder: os.PathLike | str, **fields: Any) -> Path:
     data.setdefault("git_commit", git_commit())
     text = json.dumps(data, indent=2, sort_keys=True, default=str, allow_nan=False) + "\n"
     tmp = path.with_suffix(".json.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
+    # never through a link: a manifest.json.tmp planted as a symlink is removed, not followed
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
@@ -387,14 +488,25 @@ def read_manifest(folder: os.PathLike | str) -> dict:
 
 
 def read_json(path: os.PathLike | str) -> Any:
+    """A JSON file, strictly: refused in one line naming the file (and the line where known) when it
+    is not a regular file, not UTF-8, malformed, or holds a duplicate key, a non-finite number or
+    an integer too long to convert."""
     path = Path(path)
+    _check_regular_file(path, "JSON")
     try:
-        return json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise RecordError(path, None, "file not found") from None
     except IsADirectoryError:
         raise RecordError(path, None, "is a folder, not a JSON file") from None
     except UnicodeDecodeError:
         raise RecordError(path, None, "not UTF-8 text") from None
+    try:
+        return _loads(text)
     except json.JSONDecodeError as exc:
         raise RecordError(path, exc.lineno, f"malformed JSON ({exc.msg})") from None
+    except _Refused as exc:
+        nth = 2 if exc.message.startswith("duplicate key") else 1
+        raise RecordError(path, _line_of(text, exc.needle, nth), exc.message) from None
+    except (ValueError, RecursionError) as exc:
+        raise RecordError(path, None, f"cannot be read ({type(exc).__name__}: {str(exc)[:120]})") from None

@@ -24,8 +24,16 @@ _SECRET_NAME = re.compile(
 _SECRET_VALUE = re.compile(
     r"sk-[A-Za-z0-9_\-]{16,}|hf_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{30,}"
     r"|xox[abprs]-[A-Za-z0-9\-]{10,}|(?i:bearer)\s+[A-Za-z0-9._\-~+/]{8,}=*")
-# Credentials inside a URL: scheme://user:password@host (or scheme://token@host).
-_SECRET_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/?#@\"'<>]+@")
+# Credentials inside a URL: scheme://user:password@host (or scheme://token@host), everything up to
+# the last '@' before the host's path (a password may hold '@' or a space: neither is left showing),
+# and the single-slash form ``https:/user:pass@host`` that pathlib makes of a URL.
+_SECRET_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*:/{1,2})[^/?#\"'<>\r\n]*@")
+# Credentials in a URL's query string (or fragment): the value of every parameter whose name says
+# it holds one (api_key, key, token, access_token, password, secret, sig, signature, auth ...).
+_SECRET_QUERY = re.compile(
+    r"(?i)([?&;#](?:[a-z0-9_.\-]*[_.\-])?(?:api[_\-]?key|key|apikey|token|access[_\-]?token|id[_\-]?token"
+    r"|refresh[_\-]?token|auth|authorization|password|passwd|pwd|pass|secret|client[_\-]?secret|sig|signature"
+    r"|credentials?|session|sessionid|code)(?:[_.\-][a-z0-9_.\-]*)?=)[^&#\s\"'<>]+")
 # A known secret is removed whole, and so is every run of text made of its pieces of this many
 # characters or more: an error body cut in the middle of a key still shows none of it.
 _SECRET_FRAGMENT = 6
@@ -40,10 +48,34 @@ def _secret_forms(secret: str) -> set[str]:
     forms = {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1],
              urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)}
     try:
-        forms.add(base64.b64encode(secret.encode()).decode().rstrip("="))
+        raw = secret.encode()
     except UnicodeEncodeError:
-        pass
+        raw = b""
+    if raw:
+        forms.add(base64.b64encode(raw).decode().rstrip("="))
+        # Inside any base64 text ("Bearer <key>", "user:<key>", "Basic <base64(user:key)>" encoded
+        # again) the key starts at one of three offsets within a 3-byte group; for each, the base64
+        # of its aligned core (leading bytes up to the group boundary and a trailing partial group
+        # dropped) stands in the encoding whatever surrounds it. The cores of those cores cover a
+        # second encoding.
+        cores = _b64_cores(raw)
+        for core in list(cores):
+            cores |= _b64_cores(core.encode())
+        forms |= cores
     return {f for f in forms if f}
+
+
+def _b64_cores(raw: bytes) -> set[str]:
+    """The base64 of ``raw``'s core at each of the three alignments (four characters or more)."""
+    import base64
+
+    out = set()
+    for drop in range(3):
+        core = raw[drop:]
+        core = core[: len(core) - len(core) % 3]
+        if len(core) >= 3:
+            out.add(base64.b64encode(core).decode())
+    return out
 
 
 @functools.lru_cache(maxsize=64)
@@ -90,6 +122,7 @@ def scrub_text(text: str, *known: str | None) -> str:
     if spans:
         text = _redact_spans(text, spans)
     text = _SECRET_URL_USERINFO.sub(lambda m: m.group(1) + _REDACTED + "@", text)
+    text = _SECRET_QUERY.sub(lambda m: m.group(1) + _REDACTED, text)
     return _SECRET_VALUE.sub(_REDACTED, text)
 
 
