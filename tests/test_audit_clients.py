@@ -134,3 +134,62 @@ def test_cache_line_of_the_right_shape_is_read(tmp_path):
     path.write_text(json.dumps({"key": "a", "completion": {**_GOOD, "finish_reason": "content_filter"}}) + "\n")
     c = CompletionCache(path).get("a")
     assert (c.text, c.prompt_tokens, c.completion_tokens, c.finish_reason) == ("ok", 1, 2, "content_filter")
+
+
+# judge: 5 (a rerun with nothing to do writes nothing), 51 (lone surrogate), 52 (mixed label types)
+def _systems(path, rows=None, users=None):
+    rows = rows or [{"prompt_id": f"p{i}", "prompt": f"q{i}", "preference": "short",
+                     "user": (users[i] if users else f"u{i % 2}"),
+                     "responses": {"x": "a" * (i + 1), "y": "bb b" * (i + 1)}} for i in range(4)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _rubric():
+    from polyvox import judge as J
+    return J.RubricJudge(lambda text, row: -len(text), "audit")
+
+
+def test_judge_rerun_of_a_complete_folder_writes_nothing(tmp_path):
+    from polyvox import judge as J
+    f = _systems(tmp_path / "s.jsonl")
+    out = tmp_path / "j"
+    J.run(f"{f}:x", f"{f}:y", out, _rubric())
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    mtimes = {p.name: p.stat().st_mtime_ns for p in out.iterdir() if p.name != ".lock"}
+    assert json.loads(before["manifest.json"])["status"] == "complete"
+    r = J.run(f"{f}:x", f"{f}:y", out, _rubric())
+    assert r["calls_made"] == 0
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir() if p.name != ".lock"} == mtimes
+    # a new comparison with nothing to call (identical texts) is still recorded
+    J.run(f"{f}:x", f"{f}:x", out, _rubric())
+    assert len(json.loads((out / "manifest.json").read_text())["comparisons"]) == 2
+
+
+def test_judge_lone_surrogate_in_a_response_is_refused_with_file_and_line(tmp_path):
+    from polyvox import judge as J
+    from polyvox.records import RecordError
+    f = tmp_path / "s.jsonl"
+    rows = [{"prompt_id": "p0", "prompt": "q", "preference": "", "responses": {"x": "fine", "y": "ok"}},
+            {"prompt_id": "p1", "prompt": "q", "preference": "", "responses": {"x": "fine", "y": "ok"}}]
+    text = "".join(json.dumps(r) + "\n" for r in rows).replace('"ok"}}\n', '"bad \\ud800"}}\n', 2)
+    text = text.replace('"bad \\ud800"}}\n', '"ok"}}\n', 1)  # only line 2 holds the surrogate
+    f.write_text(text)
+    with pytest.raises(RecordError, match=rf"^{f}:2: .*'y'.*lone surrogate") as err:
+        J.run(f"{f}:x", f"{f}:y", tmp_path / "j", _rubric())
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "j").exists()
+
+
+def test_judge_tally_refuses_a_label_of_mixed_types(tmp_path):
+    from polyvox import judge as J
+    f = _systems(tmp_path / "s.jsonl", users=[7, "u1", 7, "u1"])
+    out = tmp_path / "j"
+    J.run(f"{f}:x", f"{f}:y", out, _rubric())
+    for kwargs in ({"groups": "user"}, {"by": ("user",)}):
+        with pytest.raises(ValueError, match=rf"^{f}: label 'user' holds both strings and numbers") as err:
+            J.tally(f"{f}:x", f"{f}:y", out, _rubric(), n_boot=50, **kwargs)
+        assert "\n" not in str(err.value)
+    g = _systems(tmp_path / "t.jsonl", users=[7, 8, 7, 8])
+    assert J.tally(f"{g}:x", f"{g}:y", tmp_path / "k", _rubric(), n_boot=50, groups="user")["overall"]["n"] == 0

@@ -56,6 +56,8 @@ def run(a_spec: str, b_spec: str, out: str | Path, judge: Judge, chunk: int = 32
     Validate first, write second: the folder's kind, both systems files and every recorded
     verdict are read before anything is written, so a refused run leaves no trace. One writer
     per folder (:class:`polyvox.records.RunLock`): a second ``run`` on the same folder is refused.
+    A run with nothing left to do on a complete folder that already records this comparison and
+    judge writes nothing (its manifest stays byte-identical).
     """
     if chunk < 1 or max_attempts < 1:
         raise ValueError(f"chunk and max_attempts must be at least 1, got {chunk} and {max_attempts}")
@@ -69,6 +71,10 @@ def run(a_spec: str, b_spec: str, out: str | Path, judge: Judge, chunk: int = 32
         cache = load_cache(out)
         todo = _todo(ps, judge, cache, retry_unparseable)
         fields = _manifest_fields(out, a_spec, b_spec, ident, max_attempts)
+        old = read_manifest(out)
+        if not todo and old.get("status") == "complete" and all(old.get(k) == v for k, v in fields.items()):
+            # nothing left to do and the manifest already says so: a rerun writes nothing
+            return {"calls_made": 0, "unparseable": 0, "seconds": 0.0, "verdicts_per_s": None}
         write_manifest(out, **fields, status="running", updated=now_iso())
         t0, made, unparseable = time.perf_counter(), 0, 0
         for b in range(0, len(todo), chunk):

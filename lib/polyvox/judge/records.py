@@ -21,7 +21,11 @@ FOLDER_FILES = {VERDICTS, "manifest.json", ".lock", "tallies.json", "manifest.js
 
 
 def read_systems(path: str | Path) -> dict[str, dict]:
-    """A systems file by prompt id; a malformed row is an error naming the file and line."""
+    """A systems file by prompt id; a malformed row is an error naming the file and line.
+
+    Every text of a row (its field names and string fields, system names and responses) must be text UTF-8
+    can encode: a lone surrogate (the JSON escape ``\\ud800``) is refused here, not met later.
+    """
     rows = {}
     for line, obj in iter_jsonl(path):
         if not isinstance(obj, dict):
@@ -42,12 +46,28 @@ def read_systems(path: str | Path) -> dict[str, dict]:
         if bad is not None:
             raise RecordError(path, line, f"response of system {bad!r} should be a string, "
                                           f"got {type(responses[bad]).__name__}")
+        texts = [(f"field name {k!r}"[:60], k) for k in obj]
+        texts += [(f"field {k!r}"[:60], v) for k, v in obj.items() if isinstance(v, str)]
+        texts += [(f"system name {k!r}"[:60], k) for k in responses]
+        texts += [(f"response of system {k!r}"[:60], v) for k, v in responses.items()]
+        bad = next((name for name, text in texts if not _encodable(text)), None)
+        if bad is not None:
+            raise RecordError(path, line, f"{bad} holds a lone surrogate (such as the JSON escape \\ud800), "
+                                          "not text that UTF-8 can encode")
         if obj["prompt_id"] in rows:
             raise RecordError(path, line, f"duplicate prompt_id {obj['prompt_id']!r}")
         rows[obj["prompt_id"]] = obj
     if not rows:
         raise RecordError(path, None, "no systems rows")
     return rows
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def parse_side(spec: str) -> tuple[Path, str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from .judges import Judge
-from .records import _calls, call_key, check_out, load_cache, pairs
+from .records import _calls, call_key, check_out, load_cache, pairs, parse_side
 
 
 def outcomes(a_spec: str, b_spec: str, out: str | Path, judge: Judge) -> "pd.DataFrame":  # noqa: F821
@@ -100,12 +100,34 @@ def summarize(df, n_boot: int = 2000, seed: int = 0, groups: str | None = None) 
     return {**row, "win_rate": wr, "ci_low": lo, "ci_high": hi}
 
 
+def _label_kind(v) -> str | None:
+    if v is None or (isinstance(v, float) and v != v):
+        return None  # missing (pandas fills a row without the label with NaN)
+    return "string" if isinstance(v, str) else "number"
+
+
+def _check_label(df, label: str, a_spec: str, clusters: bool) -> None:
+    """A label tallies are broken down or clustered by holds values of one kind: strings or numbers (a
+    mix cannot be ordered, and 7 and "7" would be two groups); clusters also need it in every row."""
+    kinds = {_label_kind(v) for v in df[label]}
+    where = parse_side(a_spec)[0]
+    if {"string", "number"} <= kinds:
+        raise ValueError(f"{where}: label {label!r} holds both strings and numbers; give it values of one kind "
+                         "(all strings, say) to break tallies down by it")
+    if clusters and None in kinds:
+        raise ValueError(f"{where}: label {label!r} is missing from some rows; every prompt needs the label "
+                         "its tallies are clustered by")
+
+
 def tally(a_spec: str, b_spec: str, out: str | Path, judge: Judge, by: tuple[str, ...] = (),
           n_boot: int = 2000, groups: str | None = None) -> dict:
     """Overall and per-label win rates of A over B, with the length-controlled view. ``groups``: a
     row label whose values cluster prompts (e.g. ``"user"``); the win rates' CIs then resample whole
     clusters (the length-controlled CI still resamples prompts)."""
     df = outcomes(a_spec, b_spec, out, judge)
+    for label in ((groups,) if groups is not None else ()) + tuple(by):
+        if label in df.columns:
+            _check_label(df, label, a_spec, clusters=label == groups)
     result = {"a": a_spec, "b": b_spec, "overall": summarize(df, n_boot, groups=groups),
               "length_controlled": length_controlled(df, n_boot=min(n_boot, 500)),
               "by": {}}
