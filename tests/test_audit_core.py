@@ -293,3 +293,17 @@ def test_a_lone_surrogate_is_refused_naming_file_and_record_and_nothing_is_writt
 def test_scrub_still_redacts_by_name_and_value():
     assert scrub({"api_key": "x", "url": f"http://u:p4ssword@h?token={KEY}"}) == {
         "api_key": "<redacted>", "url": "http://<redacted>@h?token=<redacted>"}
+
+
+def test_a_lone_surrogate_is_refused_on_reading_with_file_and_line(tmp_path):
+    path = tmp_path / "systems.jsonl"
+    path.write_text('{"prompt_id": "a", "text": "ok \\ud83d\\ude00"}\n{"prompt_id": "b", "text": "bad \\ud800"}\n')
+    with pytest.raises(RecordError) as err:
+        read_jsonl(path)
+    assert one_line(err.value).startswith(f"{path}:2: ") and "surrogate" in str(err.value)
+    (tmp_path / "m.json").write_text('{"a": "\\\\ud800 is only written here",\n "b": "\\udfff"}')
+    with pytest.raises(RecordError, match=r"m\.json:2: holds a lone surrogate"):
+        read_json(tmp_path / "m.json")
+    ok = tmp_path / "ok.jsonl"  # a surrogate pair is one character; an escaped backslash is no surrogate
+    ok.write_text('{"t": "\\ud83d\\ude00 \\\\ud800"}\n')
+    assert read_jsonl(ok) == [{"t": "\U0001F600 \\ud800"}]

@@ -26,6 +26,7 @@ import json
 import math
 import os
 import platform
+import re
 import stat
 import sys
 from dataclasses import dataclass, field
@@ -195,10 +196,23 @@ def _checked_int(text: str) -> int:
         raise _Refused(f"integer of {len(text.lstrip('-'))} digits is too long", text) from None
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
 def _loads(text: str) -> Any:
-    """json.loads refusing NaN/Infinity, numbers that overflow, oversized integers and duplicate keys."""
-    return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float, parse_int=_checked_int,
-                      object_pairs_hook=_no_duplicates)
+    """json.loads refusing NaN/Infinity, numbers that overflow, oversized integers, duplicate keys and
+    lone surrogates (``\\ud800`` unpaired: not text, and nothing can write it back as UTF-8)."""
+    obj = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float, parse_int=_checked_int,
+                     object_pairs_hook=_no_duplicates)
+    if _SURROGATE_ESCAPE.search(text):  # a pair is one character; a lone half cannot be encoded
+        try:
+            json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            bad = exc.object[exc.start:exc.end]
+            needle = "\\u" + f"{ord(bad[0]):04x}" if bad else None
+            raise _Refused(f"holds a lone surrogate ({needle or 'an unpaired half'}), which is not text",
+                           needle) from None
+    return obj
 
 
 def _line_of(text: str, needle: str | None, nth: int = 1) -> int | None:
