@@ -61,13 +61,14 @@ def parse_kv(pairs: list[str]) -> dict:
 def _cmd_book_build(args) -> int:
     from .book import build
 
-    report = build(only=args.only, force=args.force, params_file=args.params, html=not args.no_html)
+    # the progress bar only on a terminal: a failure read from a log or a pipe is its one error line
+    report = build(only=args.only, force=args.force, params_file=args.params, html=not args.no_html,
+                   progress=sys.stderr.isatty())
     print(f"executed {len(report.executed)} chapter(s), {len(report.cached)} from cache"
           f" in {report.seconds:.1f}s")
-    for f in report.failures:
-        print(f"polyvox: chapter {f.chapter} failed: {f.message}", file=sys.stderr)
     if report.failures:
-        print("polyvox: the other chapters' outputs are kept; HTML not built", file=sys.stderr)
+        failed = "; ".join(f"chapter {f.chapter} failed: {' '.join(str(f.message).split())}" for f in report.failures)
+        print(f"polyvox: {failed}; the other chapters' outputs are kept, HTML not built", file=sys.stderr)
         return 1
     if report.html:
         print(f"HTML: {report.html / 'index.html'}")

@@ -104,16 +104,20 @@ class BuildReport:
 
 
 def build(root: os.PathLike | str | None = None, only: str | None = None, force: bool = False,
-          params_file: os.PathLike | str | None = None, html: bool = True, progress: bool = True) -> BuildReport:
+          params_file: os.PathLike | str | None = None, html: bool = True,
+          progress: bool | None = None) -> BuildReport:
     """Execute (or take from the cache), render and build; every input is checked before anything is written.
 
     One build at a time writes a book: the build holds ``records.RunLock`` on ``_build/.polyvox``
     (a second one is refused in one line naming the holder), and refuses that folder when its
-    manifest describes another kind of run.
+    manifest describes another kind of run. The progress bar shows when ``progress`` is true (by
+    default: when stderr is a terminal).
     """
     from ..records import KIND_BOOK_CACHE, RunLock, check_folder_kind
 
     t0 = time.perf_counter()
+    if progress is None:
+        progress = sys.stderr.isatty()
     root = find_root(root)
     overrides = load_params_file(params_file, root)
     corrections = load_corrections(root)

@@ -23,7 +23,10 @@ def run_chapter(name_or_path: str, params: dict, out: os.PathLike | str | None =
     (``records.RunLock``) while the chapter runs. The manifest (``kind: chapter``) and the executed
     notebook name no absolute path: the root is written relative, the run folder and any absolute
     path given as a parameter as :func:`polyvox.records.portable_path` (the chapter itself runs with
-    the real paths; ``parameters_sha256`` tells runs with different real paths apart).
+    the real paths; ``parameters_sha256`` tells runs with different real paths apart). Each parameter
+    is checked against its default as ``book build --params`` checks it
+    (:func:`polyvox.config.check_param_value`: the type, finite numbers, no URL credentials) before
+    anything runs.
     """
     import papermill as pm
 
@@ -41,6 +44,12 @@ def run_chapter(name_or_path: str, params: dict, out: os.PathLike | str | None =
     if unknown:
         raise BookError(f"{ch.source.name}: unknown parameter(s) {', '.join(unknown)}; "
                         f"parameters: {', '.join(declared)}")
+    from .. import config
+
+    for key, value in params.items():  # as book build --params checks them (toc.load_params_file)
+        problem = config.check_param_value(key, value, str(declared[key].get("default")))
+        if problem:
+            raise BookError(f"-p {key}: {problem} ({ch.name})")
     params = dict(params)
     if "run_dir" in declared and "run_dir" not in params:
         # the chapter runs with the root as working directory: inside it, a relative path

@@ -36,6 +36,9 @@ def check_param_value(name: str, value: Any, default_source: str) -> str | None:
     a ``None`` default (or one that is not a literal) takes anything."""
     import ast
 
+    problem = _unsafe_value(value)
+    if problem:
+        return problem
     try:
         default = ast.literal_eval(default_source)
     except (ValueError, SyntaxError, TypeError):
@@ -58,3 +61,32 @@ def check_param_value(name: str, value: Any, default_source: str) -> str | None:
     else:
         return None
     return None if ok else f"expected {what} (its default is {default_source}), got {_show(value)}"
+
+
+def _unsafe_value(value: Any, depth: int = 0) -> str | None:
+    """What no parameter may take, whatever its default, anywhere inside the value: a number that is not
+    finite (NaN, ±inf: no JSON record can hold it), and a URL carrying credentials (user:password@ or a
+    credential-named query parameter: the executed notebook and its manifest would keep it)."""
+    from .fields import url_credentials
+
+    if depth > 100:
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"expected finite numbers, got {value!r}" + (" inside the value" if depth else "")
+    if isinstance(value, str):
+        where = url_credentials(value)
+        if where:  # the value is not echoed: it holds the secret
+            return (f"{where} (not repeated here); pass secrets through environment variables, "
+                    "never as a parameter")
+        return None
+    if isinstance(value, dict):
+        items = list(value.keys()) + list(value.values())
+    elif isinstance(value, (list, tuple, set)):
+        items = list(value)
+    else:
+        return None
+    for item in items:
+        problem = _unsafe_value(item, depth + 1)
+        if problem:
+            return problem
+    return None

@@ -33,6 +33,44 @@ def _check_url(text: str) -> str:
     return text
 
 
+_URL_IN_TEXT = re.compile(r"(?i)\b[a-z][a-z0-9+.\-]*://[^\s\"'<>]*")
+
+
+def url_credentials(text: str) -> str | None:
+    """None when no URL in ``text`` carries credentials; else where they are (user info, or the name of a
+    credential-named query parameter such as ``api_key``). The value itself is never named."""
+    import urllib.parse
+
+    from ..secrets import _SECRET_NAME, _SECRET_URL_USERINFO
+
+    if not isinstance(text, str) or "://" not in text:
+        return None
+    if _SECRET_URL_USERINFO.search(text):
+        return "credentials in a URL (user:password@)"
+    for m in _URL_IN_TEXT.finditer(text):
+        try:
+            parts = urllib.parse.urlsplit(m.group(0))
+        except ValueError:
+            continue
+        if "@" in parts.netloc:
+            return "credentials in a URL (user:password@)"
+        for name, _ in urllib.parse.parse_qsl(parts.query, keep_blank_values=True) + \
+                urllib.parse.parse_qsl(parts.fragment, keep_blank_values=True):
+            if _SECRET_NAME.match(name) or name.lower() in ("key", "token", "sig", "signature"):
+                return f"a credential in a URL (its {name!r} query parameter)"
+    return None
+
+
+def _check_url_no_credentials(text: str) -> str:
+    """An http(s) address (:func:`_check_url`) that carries no credentials (they would be copied into records)."""
+    _check_url(text)
+    where = url_credentials(text)
+    if where:  # not echoed: the line must not repeat the secret
+        raise ValueError(f"{where}: put credentials in the environment: api_key_env names the variable "
+                         "(the address is not repeated here: got one with credentials)")
+    return text
+
+
 _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 

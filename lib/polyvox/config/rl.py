@@ -4,9 +4,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from .errors import validate
+from .errors import _show, validate
 from .fields import Fraction, Group, Int, NonNeg, Pos, Rate, Seed, Strict, Text
 
 _FOLDER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -41,6 +41,21 @@ class TaskSpec(BaseModel):
     levels: list[Union[Annotated[int, Field(ge=1)], Text]] = None  # type: ignore[assignment]
 
     known_task = field_validator("task")(classmethod(lambda cls, v: _task_name(v)))
+
+    @field_validator("level", "levels")
+    @classmethod
+    def levels_of_the_world(cls, v, info: ValidationInfo):
+        """The world's problems come in its levels only (1–5 and the olympiad tier): another level would
+        train or evaluate on a level the world does not have (or on no problems at all)."""
+        if v is None or info.data.get("task") != "world":
+            return v
+        from ..studies.world.problems import LEVELS
+
+        known = {str(x) for x in LEVELS}
+        bad = [x for x in (v if isinstance(v, list) else [v]) if str(x) not in known]
+        if bad:
+            raise ValueError(f"the world has no level {bad[0]!r}; its levels: {', '.join(map(str, LEVELS))}")
+        return v
 
     @model_validator(mode="after")
     def options_of_the_task(self):
@@ -101,6 +116,19 @@ class RLFile(Strict):
     fast_generation: bool | None = None
 
     known_grading = field_validator("heldout_grading")(classmethod(lambda cls, v: _grader_name(v)))
+
+    @field_validator("init_adapter")
+    @classmethod
+    def an_adapter_folder(cls, v):
+        """The adapter training starts from exists (a folder with adapter_config.json): checked here,
+        before the run folder, its lock or its manifest is written."""
+        from pathlib import Path
+
+        if v is not None and not (Path(v) / "adapter_config.json").is_file():
+            what = "no such folder" if not Path(v).exists() else \
+                "not a folder" if not Path(v).is_dir() else "a folder without adapter_config.json"
+            raise ValueError(f"expected an adapter folder (with adapter_config.json), got {_show(v)}: {what}")
+        return v
 
     @model_validator(mode="after")
     def distinct_stage_names(self):

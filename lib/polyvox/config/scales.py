@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from .errors import _show, as_dict, validate
 from .fields import (Dtype, Group, NonNeg, Pos, Prob, Rate, Seed, Seeds, Strict, Text, Url,
-                     _check_env, _check_url, _unique)
+                     _check_env, _check_url, _check_url_no_credentials, _unique)
 
 
 class WorldModels(Strict):
@@ -144,7 +144,7 @@ class PersonasJudge(Strict):
     concurrency: Pos = None  # type: ignore[assignment]
     max_tokens: Pos = None  # type: ignore[assignment]
 
-    checked_url = field_validator("base_url")(classmethod(lambda cls, v: _check_url(v)))
+    checked_url = field_validator("base_url")(classmethod(lambda cls, v: _check_url_no_credentials(v)))
     checked_env = field_validator("api_key_env")(classmethod(lambda cls, v: _check_env(v)))
 
     @model_validator(mode="after")

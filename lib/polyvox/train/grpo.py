@@ -37,7 +37,7 @@ import numpy as np
 
 from .. import formats, grading, tasks
 from ..adapters import save_adapter
-from ..records import RunLock, append_jsonl, now_iso, portable_path, write_manifest
+from ..records import KIND_RL, RunLock, append_jsonl, check_folder_kind, now_iso, portable_path, write_manifest
 
 
 
@@ -123,17 +123,34 @@ def evaluate(model, tokenizer, arm: str, problems, samples: int = 4, max_tokens:
 
 
 def train(cfg: RLConfig, progress: bool = True) -> Path:
-    """Run every stage; returns the final adapter folder. One writer per output folder."""
+    """Run every stage; returns the final adapter folder. One writer per output folder.
+
+    The output folder is checked before anything is written: a folder holding another kind of run
+    (a sample run, a judge run …) is refused, and its manifest is never replaced (``kind: rl``)."""
+    if cfg.init_adapter is not None and not (Path(cfg.init_adapter) / "adapter_config.json").is_file():
+        raise ValueError(f"init_adapter {cfg.init_adapter}: not an adapter folder (no adapter_config.json)")
+    _check_rl_folder(cfg.out)  # read-only: a refused run changes nothing
     with RunLock(cfg.out):
+        _check_rl_folder(cfg.out)  # again under the lock
         return _train(cfg, progress)
+
+
+def _check_rl_folder(out) -> None:
+    """``out`` may hold this RL run: new, empty, or an RL run's folder (``kind: rl``, or an RL manifest
+    written before kinds were recorded: no kind, a ``config`` naming stages)."""
+    from ..records import read_manifest
+
+    p = Path(out)
+    if (p / "manifest.json").is_file():
+        manifest = read_manifest(p)
+        if not manifest.get("kind") and isinstance(manifest.get("config"), dict) and "stages" in manifest["config"]:
+            return
+    check_folder_kind(out, KIND_RL)
 
 
 def _train(cfg: RLConfig, progress: bool = True) -> Path:
     import torch
-    from datasets import Dataset
-    from peft import LoraConfig, PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from transformers import AutoTokenizer
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -156,8 +173,29 @@ def _train(cfg: RLConfig, progress: bool = True) -> Path:
     for name in ("train_log.jsonl", "heldout_trajectory.jsonl"):
         if (out / name).exists():
             (out / name).rename(out / f"{Path(name).stem}.attempt-{attempts}.jsonl")
-    write_manifest(out, config=summary, started=now_iso(), status="running", device=device,
+    started = now_iso()
+    write_manifest(out, kind=KIND_RL, config=summary, started=started, status="running", device=device,
                    earlier_attempts=attempts)
+    recorded: list = []  # set when a stage already recorded how it ended (no_steps / short)
+    try:
+        return _stages(cfg, out, tok, summary, device, attempts, recorded, progress)
+    except BaseException as exc:
+        if not recorded:  # the manifest says what happened, never a stale "running"
+            write_manifest(out, kind=KIND_RL, config=summary, started=started, finished=now_iso(),
+                           status="failed" if isinstance(exc, Exception) else "interrupted", device=device,
+                           earlier_attempts=attempts,
+                           error=(f"{type(exc).__name__}: " + " ".join(str(exc).split()))[:500])
+        raise
+
+
+def _stages(cfg: RLConfig, out: Path, tok, summary: dict, device: str, attempts: int, recorded: list,
+            progress: bool) -> Path:
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig, PeftModel
+    from transformers import AutoModelForCausalLM, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
     adapter = cfg.init_adapter
     global_step = 0
     t_start = time.time()
@@ -250,7 +288,9 @@ def _train(cfg: RLConfig, progress: bool = True) -> Path:
             _heldout(trainer.model, 0)
         trainer.train()
         if trainer.state.global_step < stage.steps:
-            write_manifest(out, config=summary, status="no_steps" if trainer.state.global_step == 0 else "short",
+            recorded.append(True)
+            write_manifest(out, kind=KIND_RL, config=summary,
+                           status="no_steps" if trainer.state.global_step == 0 else "short",
                            finished=now_iso(), device=device,
                            detail=f"stage {stage.name}: {trainer.state.global_step} of {stage.steps} steps ran")
             raise RuntimeError(f"stage {stage.name}: TRL ran {trainer.state.global_step} of {stage.steps} steps")
@@ -260,7 +300,8 @@ def _train(cfg: RLConfig, progress: bool = True) -> Path:
         del trainer, model, base
         if device == "cuda":
             torch.cuda.empty_cache()
-    write_manifest(out, config=summary, status="complete", finished=now_iso(), device=device, earlier_attempts=attempts,
+    recorded.append(True)
+    write_manifest(out, kind=KIND_RL, config=summary, status="complete", finished=now_iso(), device=device, earlier_attempts=attempts,
                    final_adapter=portable_path(adapter), seconds=round(time.time() - t_start, 1))
     return Path(adapter)
 
