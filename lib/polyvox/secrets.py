@@ -2,8 +2,9 @@
 
 :func:`scrub` copies a parameter tree with every value under a credential-like key name
 redacted and every string passed through :func:`scrub_text`, which removes key-shaped
-substrings, credentials in URLs and each known secret value (whole, encoded, or any piece
-of six characters or more). :func:`polyvox.records.write_manifest` scrubs every manifest;
+substrings, credentials in URLs (userinfo, and credential-named query parameters such as
+``?api_key=``, ``&token=``, ``sig=``) and each known secret value (whole, escaped, percent-encoded,
+inside base64 at any alignment and base64 of base64, or any piece of six characters or more). :func:`polyvox.records.write_manifest` scrubs every manifest;
 ``polyvox.records`` re-exports both functions.
 """
 from __future__ import annotations
@@ -26,8 +27,9 @@ _SECRET_VALUE = re.compile(
     r"|xox[abprs]-[A-Za-z0-9\-]{10,}|(?i:bearer)\s+[A-Za-z0-9._\-~+/]{8,}=*")
 # Credentials inside a URL: scheme://user:password@host (or scheme://token@host), everything up to
 # the last '@' before the host's path (a password may hold '@' or a space: neither is left showing),
-# and the single-slash form ``https:/user:pass@host`` that pathlib makes of a URL.
-_SECRET_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*:/{1,2})[^/?#\"'<>\r\n]*@")
+# and the single-slash form ``https:/user:pass@host`` that pathlib makes of a URL. Bounded (512 characters), so a
+# long line without an '@' costs little to scan.
+_SECRET_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*:/{1,2})[^/?#\"'<>\r\n]{0,512}@")
 # Credentials in a URL's query string (or fragment): the value of every parameter whose name says
 # it holds one (api_key, key, token, access_token, password, secret, sig, signature, auth ...).
 _SECRET_QUERY = re.compile(
@@ -112,7 +114,7 @@ def _redact_spans(text: str, spans: list[tuple[int, int]]) -> str:
 
 def scrub_text(text: str, *known: str | None) -> str:
     """text with credentials replaced by ``<redacted>``: key-shaped substrings (sk-…, hf_…, Bearer …),
-    credentials in URLs (``scheme://user:pass@``), and each known secret value — whole, in its
+    credentials in URLs (``scheme://user:pass@``, ``?api_key=…``), and each known secret value — whole, in its
     escaped and encoded forms, and any piece of six or more of its characters.
 
     A known value shorter than four characters is not searched for (it would cut ordinary words out
