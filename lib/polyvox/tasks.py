@@ -218,3 +218,13 @@ def problem_hash(problems: list[Problem]) -> str:
     for p in problems:
         h.update(json.dumps([p.id, p.text, p.gold]).encode())
     return h.hexdigest()
+
+
+def labels_hash(problems: list[Problem]) -> str:
+    """A digest of the problems' labels (``metadata``: level, subject …) by id. :func:`problem_hash`
+    covers id, text and gold only (and shipped runs record it, so it stays as it is); a sample run
+    records this one beside it so a grade against data whose labels were edited is refused."""
+    h = hashlib.sha256()
+    for p in problems:
+        h.update(json.dumps([p.id, p.metadata], sort_keys=True, default=str).encode())
+    return h.hexdigest()

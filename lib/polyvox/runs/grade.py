@@ -7,6 +7,7 @@ held-out evaluation).
 """
 from __future__ import annotations
 
+import os
 from collections import Counter
 from dataclasses import fields
 from pathlib import Path
@@ -26,12 +27,16 @@ def grade_completions(grader: str, completions, golds, options: grading.GradeOpt
     """Grade completions against golds with the grader named ``grader`` (a task's ``grader``) and its
     ``options`` (a task's ``grade_options`` or :class:`~polyvox.grading.GradeOptions`); nothing is written.
 
-    math runs in worker processes with a per-item deadline (``workers``: their number, default up to 8);
+    math runs in worker processes with a per-item deadline (``workers``: their number, default up to 8;
+    never more than the items nor than twice the machine's CPUs, whatever is asked);
     a grader that raises is a :class:`~polyvox.grading.GradingError` naming the item's index.
     """
     if isinstance(options, dict):
         options = grading.GradeOptions(**options)
-    return grading.grade_many(grader, list(completions), list(golds), workers=workers, options=options)
+    completions, golds = list(completions), list(golds)
+    if workers is not None:
+        workers = max(1, min(workers, len(completions), (os.cpu_count() or 1) * 2))
+    return grading.grade_many(grader, completions, golds, workers=workers, options=options)
 
 
 def _short_metadata(meta: dict) -> dict:
@@ -92,6 +97,7 @@ def grade(run: str | Path, data_dir="data", workers: int | None = None,
         raise ValueError(f"--max-ungradable must be a fraction in [0, 1], got {max_ungradable!r}")
     if workers is not None and not (_is_int(workers) and workers >= 1):
         raise ValueError(f"--workers must be an integer ≥ 1, got {workers!r}")
+    # --workers is an upper bound: grade_completions starts no more than the samples, nor than 2 × CPUs
     run = _run_folder(run)
     plan = _grade_plan(run, data_dir)  # read-only: a refused run changes no file
     if not write:
@@ -104,8 +110,12 @@ def grade(run: str | Path, data_dir="data", workers: int | None = None,
         records, counts = _graded(run, plan, workers, max_ungradable)
         tmp = run / (GRADED + ".tmp")
         tmp.unlink(missing_ok=True)
-        append_jsonl(tmp, records)
-        tmp.replace(run / GRADED)
+        try:
+            append_jsonl(tmp, records)
+            tmp.replace(run / GRADED)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a failed write leaves no temporary file behind
+            raise
         manifest = read_manifest(run)
         options = grading.GradeOptions(**plan.task.grade_options)
         manifest["grading"] = {"grader": plan.task.grader, "options": options.as_dict(), "graded": now_iso(),

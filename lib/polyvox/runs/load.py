@@ -48,9 +48,26 @@ def load(run: str | Path) -> Run:
     graded = (folder / GRADED).exists()
     path = folder / (GRADED if graded else ROLLOUTS)
     samples = read_jsonl(path, GradedSample if graded else Sample)
+    if graded:
+        _check_graded(folder, manifest, samples)
     if not samples:
         raise RecordError(path, None, "no records")
     return Run(folder, manifest, samples, graded)
+
+
+def _check_graded(folder: Path, manifest: dict, graded: list) -> None:
+    """graded.jsonl is the grading of the rollouts now in the folder: the manifest records a grading
+    and its keys are rollouts.jsonl's (a resume that changed the rollouts leaves stale grades)."""
+    path = folder / GRADED
+    if manifest and isinstance(manifest.get("settings"), dict) and not isinstance(manifest.get("grading"), dict):
+        raise RecordError(path, None, "the manifest records no grading: these grades are not of the run's "
+                                      "rollouts now (a resume changed them?); run polyvox grade again")
+    rollouts = folder / ROLLOUTS
+    if rollouts.exists():
+        keys = [s.key for s in read_jsonl(rollouts, Sample)]
+        if sorted(keys) != sorted(s.key for s in graded):
+            raise RecordError(path, None, "its keys differ from rollouts.jsonl's: stale grades of other rollouts; "
+                                          "run polyvox grade again")
 
 
 def load_problems(run: Run, data_dir="data") -> dict:
@@ -65,7 +82,10 @@ def graded_samples(run: str | Path):
     import pandas as pd
 
     rows = []
-    for s in read_jsonl(Path(run) / GRADED, GradedSample):
+    folder = Path(run)
+    graded = read_jsonl(folder / GRADED, GradedSample)
+    _check_graded(folder, read_manifest(folder) if (folder / MANIFEST).exists() else {}, graded)
+    for s in graded:
         row = asdict(s)
         for k, v in s.metadata.items():
             row.setdefault(k, v)

@@ -48,8 +48,10 @@ def _merge_plan(shard_dirs: list[Path]) -> tuple[dict, list[Sample], dict | None
     origin: dict[tuple[str, int], Path] = {}
     hashes: dict[str, str] = {}
     digests: dict | None = {}
+    labels: dict | None = {}
     for d in shard_dirs:
         manifest, settings = _shard_manifest(d)
+        ids = _shard_problem_ids(d, manifest, settings)
         common = {k: v for k, v in settings.items() if k not in ("shard", "problems_sha256")}
         if base is None:
             base, first = common, d
@@ -59,6 +61,9 @@ def _merge_plan(shard_dirs: list[Path]) -> tuple[dict, list[Sample], dict | None
         path, count = d / ROLLOUTS, 0
         for line, obj in iter_jsonl(path):
             s = from_dict(Sample, obj, path, line)
+            if s.problem_id not in ids:
+                raise RecordError(path, line, f"problem {s.problem_id!r} is not one of shard {settings['shard']}'s "
+                                              "problems")
             if s.key in merged:
                 raise RecordError(path, line, f"key {s.key} is also in another shard ({origin[s.key]})")
             if not 0 <= s.sample_index < settings["n"]:
@@ -73,9 +78,48 @@ def _merge_plan(shard_dirs: list[Path]) -> tuple[dict, list[Sample], dict | None
         hashes[str(settings["shard"])] = settings["problems_sha256"]
         pd = manifest.get("problem_digests")
         digests = {**digests, **pd} if isinstance(pd, dict) and digests is not None else None
+        ld = manifest.get("label_digests")
+        labels = {**labels, **ld} if isinstance(ld, dict) and labels is not None else None
+    nshards = base["nshards"]
+    missing = [str(k) for k in range(nshards) if str(k) not in hashes]
+    if missing:
+        raise ValueError(f"shard{'s' if len(missing) > 1 else ''} {', '.join(missing)} of {nshards} not given: "
+                         f"merge joins every shard of a run (0 … {nshards - 1}, each once)")
     settings = {**base, "shard": "merged", "merged_from": [d.name for d in shard_dirs],
                 "shard_problems_sha256": hashes}
-    return settings, sorted(merged.values(), key=lambda s: s.key), digests
+    return settings, sorted(merged.values(), key=lambda s: s.key), digests, labels
+
+
+def _shard_problem_ids(d: Path, manifest: dict, settings: dict) -> set[str]:
+    """The ids of the problems a shard sampled: its manifest's ``problem_digests``, else its task's
+    problems loaded as it was sampled (from ``data``), checked against its ``problems_sha256``."""
+    pd = manifest.get("problem_digests")
+    if isinstance(pd, dict) and pd:
+        return set(pd)
+    from .. import tasks
+
+    try:
+        every = tasks.load(settings["task"], "data", limit=settings.get("limit"),
+                           **(settings.get("task_options") or {}))
+    except Exception as exc:  # noqa: BLE001 — named as the shard's, one line
+        raise RecordError(d / MANIFEST, None, f"no problem_digests and the shard's problems cannot be loaded "
+                                              f"({type(exc).__name__}: {exc})") from None
+    problems = every[settings["shard"]::settings["nshards"]]
+    if tasks.problem_hash(problems) != settings["problems_sha256"]:
+        raise RecordError(d / MANIFEST, None, "no problem_digests and the task's problems no longer match the "
+                                              "shard's problems_sha256: its problems are unknown")
+    return {p.id for p in problems}
+
+
+def _check_merge_places(shard_dirs: list[Path], out: Path) -> None:
+    """out is not inside a shard and holds none of them (out equal to a shard holds a run already:
+    :func:`_check_merge_out` refuses it)."""
+    o = out.resolve()
+    for d in shard_dirs:
+        r = d.resolve()
+        if r in o.parents or o in r.parents:
+            where = "is inside" if r in o.parents else "holds"
+            raise ValueError(f"{out}: {where} shard folder {d}; merge writes a new folder apart from its shards")
 
 
 def _check_merge_out(out: Path, settings: dict) -> None:
@@ -102,13 +146,16 @@ def merge(shard_dirs: list[str | Path], out: str | Path) -> Path:
     if not shard_dirs:
         raise ValueError("merge needs at least one shard folder")
     out = _out_path(out)
-    settings, samples, digests = _merge_plan(shard_dirs)
+    _check_merge_places(shard_dirs, out)
+    settings, samples, digests, labels = _merge_plan(shard_dirs)
     _check_merge_out(out, settings)
     with RunLock(out):
         _check_merge_out(out, settings)  # again under the lock: another merge may have begun meanwhile
         fields = {"kind": KIND_SAMPLE, "settings": _jsonable(settings), "started": now_iso()}
         if digests:
             fields["problem_digests"] = digests
+        if labels:
+            fields["label_digests"] = labels
         tmp = out / (ROLLOUTS + ".tmp")
         try:
             write_manifest(out, **fields, status="merging")

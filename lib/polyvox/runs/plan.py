@@ -9,7 +9,7 @@ from .. import tasks
 from ..records import (KIND_SAMPLE, RecordError, Sample, from_dict, iter_jsonl, manifest_kind, read_manifest,
                        sha256_file)
 from .folder import MANIFEST, ROLLOUTS, _is_int
-from .sample import problem_digests
+from .sample import label_digests, problem_digests
 
 
 # settings a sample run's manifest must hold to be graded: (key, test, what it must be)
@@ -80,7 +80,21 @@ def _sampled_problems(run: Path, settings: dict, manifest: dict, data_dir) -> li
         raise ValueError(f"{run}: its problems changed since sampling: "
                          f"{_first_difference(problems, manifest.get('problem_digests'))} (task {name}, "
                          f"data {data_dir}); grade against the data the run was sampled from")
+    _check_labels(run, problems, manifest, name, data_dir)
     return problems
+
+
+def _check_labels(run: Path, problems, manifest: dict, name: str, data_dir) -> None:
+    """A run that recorded its problems' labels (``labels_sha256``, ``label_digests``) is graded only
+    against data whose labels (level, subject …) are the sampled ones; older runs recorded none."""
+    recorded = manifest.get("label_digests")
+    if not isinstance(recorded, dict):
+        return
+    for pid, now in label_digests(problems).items():
+        if recorded.get(pid) != now:
+            raise ValueError(f"{run}: its problems' labels changed since sampling: problem {pid!r}: its labels "
+                             f"(level, subject …) differ from the ones sampled (task {name}, data {data_dir}); "
+                             "grade against the data the run was sampled from")
 
 
 class _GradePlan:

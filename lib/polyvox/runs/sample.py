@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -16,9 +17,13 @@ from pathlib import Path
 from .. import formats, tasks
 from ..backends.base import Backend, BackendSpec, Request, SamplingParams
 from ..records import (KIND_SAMPLE, RecordError, RunLock, Sample, append_jsonl, check_folder_kind, from_dict,
-                       iter_jsonl, manifest_kind, now_iso, read_manifest, repair_truncated_tail, scrub_text,
-                       write_manifest)
-from .folder import MANIFEST, ROLLOUTS, _jsonable, _out_path, check_settings
+                       iter_jsonl, manifest_kind, now_iso, portable_path, read_manifest, repair_truncated_tail,
+                       scrub_text, write_manifest)
+from .folder import GRADED, MANIFEST, ROLLOUTS, _jsonable, _out_path, check_settings
+
+# files a sample folder without a manifest may hold (its lock, a torn manifest write); any other file
+# means the folder is someone else's, and sampling into it is refused before anything is written
+_OWN_FILES = {".lock", MANIFEST + ".tmp"}
 
 
 def sample_seed(seed: int, problem_id: str, index: int) -> int:
@@ -61,6 +66,12 @@ def _check_sample_folder(out: Path, settings: dict) -> None:
             check_folder_kind(out, KIND_SAMPLE)  # raises: a folder of another kind
     check_settings(out, settings)
     check_folder_kind(out, KIND_SAMPLE)
+    if out.is_dir() and not (out / MANIFEST).exists():
+        other = sorted(p.name for p in out.iterdir() if p.name not in _OWN_FILES)
+        if other:
+            raise ValueError(f"{out}: holds {other[0]}{' …' if len(other) > 1 else ''} but no manifest.json: "
+                             "not a sample run folder; polyvox never writes into a folder it did not start: "
+                             "use a new --out folder")
 
 
 def _digest(value) -> str:
@@ -72,6 +83,13 @@ def problem_digests(problems) -> dict[str, str]:
     """Per problem, short digests of its text and gold (``"text <12 hex> gold <12 hex>"``): recorded in a
     sample manifest beside ``problems_sha256``, so a problem that changed later can be named."""
     return {p.id: f"text {_digest(p.text)} gold {_digest(p.gold)}" for p in problems}
+
+
+def label_digests(problems) -> dict[str, str]:
+    """Per problem, a short digest of its labels (``metadata``: level, subject …), recorded in a sample
+    manifest beside :func:`problem_digests` (which cover text and gold only), so grade can name a
+    problem whose labels were edited in the data since sampling."""
+    return {p.id: _digest(json.loads(json.dumps(p.metadata, sort_keys=True, default=str))) for p in problems}
 
 
 def _existing(out: Path, repair: bool = True) -> dict[tuple[str, int], int]:
@@ -100,9 +118,34 @@ def _check_keys(out: Path, done: dict, problems, n: int) -> None:
                                                     f"0 … {n - 1}): the folder holds records of another run")
 
 
-def _one_line(exc: BaseException) -> str:
+_ABSOLUTE = re.compile(r"(?<![\w.:/~-])/[^\s'\"`]+")
+
+
+def _portable_text(text: str) -> str:
+    """text with every absolute path replaced by its portable form (relative to the working
+    directory, else its last two parts): no machine's layout in a manifest."""
+    return _ABSOLUTE.sub(lambda m: portable_path(m.group(0)) or "", text)
+
+
+def _one_line(exc: BaseException, secrets=()) -> str:
+    """An error as one line for a manifest: scrubbed of credentials (and of the backend's known
+    secrets), its absolute paths made portable."""
     text = " ".join(str(exc).split())
-    return scrub_text(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)[:500]
+    text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return _portable_text(scrub_text(text, *secrets))[:500]
+
+
+def _backend_secrets(backend) -> tuple[str, ...]:
+    """The secrets a backend knows (the openai backend's key and URL credentials), else none."""
+    inner = getattr(backend, "backend", backend)  # a CachingBackend wraps one
+    for b in (backend, inner):
+        fn = getattr(b, "secrets", None)
+        if callable(fn):
+            try:
+                return tuple(x for x in fn() if x)
+            except Exception:  # noqa: BLE001 — a failing lookup must not hide the run's own error
+                return ()
+    return ()
 
 
 def _replace_bytes(path: Path, data: bytes) -> None:
@@ -114,7 +157,8 @@ def _replace_bytes(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _after_failure(out: Path, previous: bytes | None, fields: dict, appended: int, exc: BaseException) -> None:
+def _after_failure(out: Path, previous: bytes | None, fields: dict, appended: int, exc: BaseException,
+                   secrets=()) -> None:
     """A resume that fails leaves the previous manifest, so the previous status; a new run that wrote no
     record leaves no manifest (RunLock then removes the folder it made); a new run that wrote records
     says it failed (or was interrupted) and how many it wrote."""
@@ -126,7 +170,7 @@ def _after_failure(out: Path, previous: bytes | None, fields: dict, appended: in
             path.unlink(missing_ok=True)
         else:
             write_manifest(out, **fields, status="interrupted" if isinstance(exc, KeyboardInterrupt) else "failed",
-                           error=_one_line(exc), records_written=appended)
+                           error=_one_line(exc, secrets), records_written=appended)
     except OSError:
         pass  # the manifest keeps saying "running", which is true of a run that stopped mid-way
 
@@ -164,22 +208,32 @@ def sample(out: str | Path, task: str, fmt: str, backend: Backend | BackendSpec,
         _check_sample_folder(out, settings)  # again under the lock: another writer may have started meanwhile
         previous = (out / MANIFEST).read_bytes() if (out / MANIFEST).exists() else None
         status = read_manifest(out).get("status")
+        expected = {(p.id, i) for p in problems for i in range(n)}
+        if status == "complete" and set(_existing(out, repair=False)) == expected:
+            return out  # a complete run: nothing to sample, nothing repaired or rewritten
         done = _existing(out)
         _check_keys(out, done, problems, n)
         todo = [(p, i) for p in problems for i in range(n) if (p.id, i) not in done]
-        if not todo and status == "complete":
-            return out  # a complete run: nothing to sample, nothing rewritten
+        cache_file = None
+        if cache is not None and todo:
+            from ..cache import CompletionCache
+
+            cache_file = CompletionCache(cache)  # read (and refused if malformed) before the model loads
         if todo and isinstance(backend, BackendSpec):
             backend = backend.load()  # a complete run loads nothing
+        secrets = _backend_secrets(backend)
         fields = {"kind": KIND_SAMPLE, "settings": settings, "problem_digests": problem_digests(problems),
-                  "started": now_iso()}
+                  "label_digests": label_digests(problems),
+                  "labels_sha256": tasks.labels_hash(problems), "started": now_iso()}
+        # the rollouts are about to change: grades of the old ones (and the manifest's grading) go
+        (out / GRADED).unlink(missing_ok=True)
         write_manifest(out, **fields, status="running")
         appended = 0
         try:
-            if cache is not None:
+            if cache_file is not None:
                 from ..cache import CachingBackend
 
-                backend = CachingBackend(backend, cache)
+                backend = CachingBackend(backend, cache_file)
             prompts = {p.id: backend.prompt(fmt, p.text) for p in problems} if todo else {}
             bar = tqdm(total=len(problems) * n, initial=len(problems) * n - len(todo), desc="samples",
                        unit="sample", disable=not progress)
@@ -204,9 +258,9 @@ def sample(out: str | Path, task: str, fmt: str, backend: Backend | BackendSpec,
                 bar.set_postfix(samples_s=f"{(b + len(batch)) / elapsed:.1f}", tokens_s=f"{n_tok / elapsed:.0f}")
             bar.close()
         except BaseException as exc:
-            _after_failure(out, previous, fields, appended, exc)
+            _after_failure(out, previous, fields, appended, exc, secrets)
             raise
         extra = {"cache": {"hits": backend.cache.hits, "misses": backend.cache.misses}} \
-            if cache is not None and todo else {}
+            if cache_file is not None else {}
         write_manifest(out, **fields, finished=now_iso(), status="complete", records=len(problems) * n, **extra)
     return out
