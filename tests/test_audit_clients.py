@@ -176,7 +176,7 @@ def test_judge_lone_surrogate_in_a_response_is_refused_with_file_and_line(tmp_pa
     text = "".join(json.dumps(r) + "\n" for r in rows).replace('"ok"}}\n', '"bad \\ud800"}}\n', 2)
     text = text.replace('"bad \\ud800"}}\n', '"ok"}}\n', 1)  # only line 2 holds the surrogate
     f.write_text(text)
-    with pytest.raises(RecordError, match=rf"^{f}:2: .*'y'.*lone surrogate") as err:
+    with pytest.raises(RecordError, match=rf"^{f}:2: .*lone surrogate") as err:
         J.run(f"{f}:x", f"{f}:y", tmp_path / "j", _rubric())
     assert "\n" not in str(err.value)
     assert not (tmp_path / "j").exists()
@@ -193,3 +193,77 @@ def test_judge_tally_refuses_a_label_of_mixed_types(tmp_path):
         assert "\n" not in str(err.value)
     g = _systems(tmp_path / "t.jsonl", users=[7, 8, 7, 8])
     assert J.tally(f"{g}:x", f"{g}:y", tmp_path / "k", _rubric(), n_boot=50, groups="user")["overall"]["n"] == 0
+
+
+# explore: 47 (a run another process is writing), 48 (--out into another kind of folder), 49 (DATA portable)
+def _sample_run(root, dest):
+    import shutil
+    src = root / "data/runs/world/seed-0/eval/cap-256/tiny-think"
+    dest.mkdir(parents=True)
+    shutil.copy(src / "manifest.json", dest)
+    (dest / "graded.jsonl").write_text("\n".join((src / "graded.jsonl").read_text().splitlines()[:16]) + "\n")
+    return dest
+
+
+def test_explore_refuses_a_run_folder_another_process_is_writing(root, tmp_path):
+    from polyvox import explore
+    from polyvox.records import RecordError, RunLock
+    run = _sample_run(root, tmp_path / "run")
+    with RunLock(run):
+        before = sorted(p.name for p in run.iterdir())
+        with pytest.raises(RecordError, match="in use by process"):
+            explore.write_notebook(run, data_dir=root / "data")
+        assert sorted(p.name for p in run.iterdir()) == before
+    assert explore.write_notebook(run, data_dir=root / "data") == run / "explore.ipynb"
+
+
+def test_explore_refuses_out_inside_a_folder_of_another_kind(root, tmp_path):
+    from polyvox import explore
+    from polyvox import judge as J
+    run = _sample_run(root, tmp_path / "run")
+    f = _systems(tmp_path / "s.jsonl")
+    J.run(f"{f}:x", f"{f}:y", tmp_path / "j", _rubric())
+    before = sorted(p.name for p in (tmp_path / "j").iterdir())
+    for out in (tmp_path / "j" / "explore.ipynb", tmp_path / "j" / "deeper" / "explore.ipynb",
+                run / "notes" / "x.ipynb"):
+        with pytest.raises(ValueError, match="judge run|inside the sample run folder") as err:
+            explore.write_notebook(run, out=out, data_dir=root / "data")
+        assert "\n" not in str(err.value) and not out.exists()
+    assert sorted(p.name for p in (tmp_path / "j").iterdir()) == before and not (run / "notes").exists()
+    # allowed: the run itself, another sample run, a folder of runs, a path inside no run
+    other = _sample_run(root, tmp_path / "runs" / "other")
+    for out in (run / "a.ipynb", other / "b.ipynb", tmp_path / "runs" / "c.ipynb", tmp_path / "free" / "d.ipynb"):
+        assert explore.write_notebook(run, out=out, data_dir=root / "data") == out and out.is_file()
+
+
+def _data_line(path):
+    import nbformat
+    line = next(ln for c in nbformat.read(path, as_version=4).cells for ln in c.source.splitlines()
+                if ln.startswith("DATA = "))
+    return line.split("#")[0].split("=", 1)[1].strip().strip("'")
+
+
+def test_explore_names_the_data_folder_relative_to_the_notebook_in_one_checkout(root, tmp_path):
+    import shutil
+
+    from polyvox import explore
+    shutil.copy(root / "_toc.yml", tmp_path / "_toc.yml")
+    shutil.copy(root / "_config.yml", tmp_path / "_config.yml")
+    (tmp_path / "data").mkdir()
+    run = _sample_run(root, tmp_path / "runs" / "w" / "run")
+    path = explore.write_notebook(run, data_dir=tmp_path / "data")
+    assert _data_line(path) == "../../../data" and (path.parent / "../../../data").resolve() == tmp_path / "data"
+    # data below the notebook's folder: relative too
+    (run / "bench").mkdir()
+    assert _data_line(explore.write_notebook(run, data_dir=run / "bench", force=True)) == "bench"
+
+
+def test_explore_says_when_it_names_the_data_folder_by_an_absolute_path(root, tmp_path, capsys):
+    from polyvox import cli
+    run = _sample_run(root, tmp_path / "run")
+    elsewhere = tmp_path / "elsewhere-data"
+    elsewhere.mkdir()
+    assert cli.main(["explore", str(run), "--data-dir", str(elsewhere)]) == 0
+    out = capsys.readouterr().out
+    assert _data_line(run / "explore.ipynb") == str(elsewhere.resolve())
+    assert "absolute path" in out and "edit DATA" in out
