@@ -56,18 +56,20 @@ def load(run: str | Path) -> Run:
 
 
 def _check_graded(folder: Path, manifest: dict, graded: list) -> None:
-    """graded.jsonl is the grading of the rollouts now in the folder: the manifest records a grading
-    and its keys are rollouts.jsonl's (a resume that changed the rollouts leaves stale grades)."""
-    path = folder / GRADED
+    """graded.jsonl beside rollouts.jsonl is the grading of those rollouts: the manifest records a
+    grading and the keys are the same (a resume that changed the rollouts leaves stale grades).
+    A folder of grades alone (some shipped runs: graded.jsonl, no rollouts, no grading section) has
+    nothing to be stale against and is read as it is."""
+    path, rollouts = folder / GRADED, folder / ROLLOUTS
+    if not rollouts.exists():
+        return
     if manifest and isinstance(manifest.get("settings"), dict) and not isinstance(manifest.get("grading"), dict):
-        raise RecordError(path, None, "the manifest records no grading: these grades are not of the run's "
-                                      "rollouts now (a resume changed them?); run polyvox grade again")
-    rollouts = folder / ROLLOUTS
-    if rollouts.exists():
-        keys = [s.key for s in read_jsonl(rollouts, Sample)]
-        if sorted(keys) != sorted(s.key for s in graded):
-            raise RecordError(path, None, "its keys differ from rollouts.jsonl's: stale grades of other rollouts; "
-                                          "run polyvox grade again")
+        raise RecordError(path, None, "the manifest records no grading of rollouts.jsonl: these grades are "
+                                      "not of its rollouts now (a resume changed them?); run polyvox grade again")
+    keys = [s.key for s in read_jsonl(rollouts, Sample)]
+    if sorted(keys) != sorted(s.key for s in graded):
+        raise RecordError(path, None, "its keys differ from rollouts.jsonl's: stale grades of other rollouts; "
+                                      "run polyvox grade again")
 
 
 def load_problems(run: Run, data_dir="data") -> dict:
