@@ -219,7 +219,7 @@ def test_a_malformed_cache_is_refused_before_the_model_loads(tmp_path):
     cache.write_text('{"completion": {}}\n')  # no key
     spec = _Spec("openai", "m", options={"base_url": BASE_URL})
     LOADED.clear()
-    with pytest.raises(Exception):
+    with pytest.raises(RecordError, match=r"cache\.jsonl"):
         make_run(tmp_path / "run", backend=spec, cache=cache)
     assert LOADED == []
     assert not (tmp_path / "run").exists()

@@ -218,7 +218,13 @@ def sample(out: str | Path, task: str, fmt: str, backend: Backend | BackendSpec,
         if cache is not None and todo:
             from ..cache import CompletionCache
 
-            cache_file = CompletionCache(cache)  # read (and refused if malformed) before the model loads
+            try:  # read (and refused if malformed) before the model loads
+                cache_file = CompletionCache(cache)
+            except RecordError:
+                raise
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise RecordError(Path(cache), None, f"not a polyvox request cache: an entry lacks or mistypes "
+                                                     f"{exc} ({type(exc).__name__})") from None
         if todo and isinstance(backend, BackendSpec):
             backend = backend.load()  # a complete run loads nothing
         secrets = _backend_secrets(backend)
