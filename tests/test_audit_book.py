@@ -238,3 +238,20 @@ def test_rl_manifests_written_before_kinds_are_still_rl_folders(tmp_path):
 
     (tmp_path / "manifest.json").write_text(json.dumps({"config": {"stages": []}, "status": "running"}))
     grpo._check_rl_folder(tmp_path)
+
+
+def test_a_collab_endpoint_with_url_credentials_is_refused_before_any_work(root, tmp_path):
+    # audit case 45: collab endpoints' base_url carried user:pass@ and ?api_key= into manifests and stderr
+    import yaml
+
+    from _hostile import refused
+
+    scale = yaml.safe_load((root / "configs/collab/full.yaml").read_text())
+    for system in scale["endpoints"].values():
+        for endpoint in system.values():
+            endpoint["base_url"] = "http://alice:Zk4q9LmPw7xQ@127.0.0.1:9/v1?api_key=PLAINkey0x7Q2mZ9vW4tR8"
+    path = tmp_path / "creds.yaml"
+    path.write_text(yaml.safe_dump(scale))
+    line = refused(["collab", "run", "--scale", str(path), "--out", str(tmp_path / "c"), "--stages", "eval"],
+                   watch=[tmp_path], expect="credentials")
+    assert "Zk4q9LmPw7xQ" not in line and "PLAINkey0x7Q2mZ9vW4tR8" not in line

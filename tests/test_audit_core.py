@@ -307,3 +307,13 @@ def test_a_lone_surrogate_is_refused_on_reading_with_file_and_line(tmp_path):
     ok = tmp_path / "ok.jsonl"  # a surrogate pair is one character; an escaped backslash is no surrogate
     ok.write_text('{"t": "\\ud83d\\ude00 \\\\ud800"}\n')
     assert read_jsonl(ok) == [{"t": "\U0001F600 \\ud800"}]
+
+
+def test_training_logs_record_a_nan_metric_as_null(tmp_path):
+    from polyvox.records import append_jsonl, read_jsonl
+    from polyvox.train.logs import finite_or_null
+
+    row = {"step": 3, "loss": float("nan"), "reward_std": float("inf"), "per_level": [1.0, float("-inf")]}
+    append_jsonl(tmp_path / "train_log.jsonl", [finite_or_null(row)])
+    assert read_jsonl(tmp_path / "train_log.jsonl") == [{"step": 3, "loss": None, "reward_std": None,
+                                                         "per_level": [1.0, None]}]

@@ -258,7 +258,7 @@ class Endpoint(Strict):
     api_key_env: Text = None  # type: ignore[assignment]
     concurrency: Pos = None  # type: ignore[assignment]
 
-    checked_url = field_validator("base_url")(classmethod(lambda cls, v: _check_url(v)))
+    checked_url = field_validator("base_url")(classmethod(lambda cls, v: _check_url_no_credentials(v)))
     checked_env = field_validator("api_key_env")(classmethod(lambda cls, v: _check_env(v)))
 
 

@@ -57,6 +57,7 @@ from typing import Callable
 
 from ..adapters import save_adapter
 from ..records import RunLock, append_jsonl, check_out_path, now_iso, portable_path, write_manifest
+from .logs import finite_or_null
 
 LOSSES = ("forward", "reverse")
 PATH_FIELDS = ("model", "out")  # written repo-relative into the manifest
@@ -264,7 +265,7 @@ def _train(cfg: DistillConfig, out: Path, student_prompts: list[str], teacher_pr
                 with torch.no_grad():
                     scores[step] = float(select_fn(model, step))
                 row["validation"] = scores[step]
-        append_jsonl(out / "train_log.jsonl", [row])
+        append_jsonl(out / "train_log.jsonl", [finite_or_null(row)])  # a NaN loss logs as null
     best = max(scores, key=lambda s: (scores[s], -s)) if scores else cfg.steps
     shutil.copytree(out / f"step-{best}", out / "adapter")
     summary = {"selected_step": best, "validation": {str(k): v for k, v in scores.items()},

@@ -38,6 +38,7 @@ import numpy as np
 from .. import formats, grading, tasks
 from ..adapters import save_adapter
 from ..records import KIND_RL, RunLock, append_jsonl, check_folder_kind, now_iso, portable_path, write_manifest
+from .logs import finite_or_null
 
 
 
@@ -253,14 +254,14 @@ def _stages(cfg: RLConfig, out: Path, tok, summary: dict, device: str, attempts:
                 timing = getattr(current.get("trainer"), "polyvox_timing", None)
                 if timing:  # cumulative seconds in the fast path's refresh and generation
                     rec.update({f"fastgen_{k}": round(v, 3) if isinstance(v, float) else v for k, v in timing.items()})
-                append_jsonl(out / "train_log.jsonl", [rec])
+                append_jsonl(out / "train_log.jsonl", [finite_or_null(rec)])  # a NaN metric logs as null
                 if cfg.heldout and state.global_step % cfg.eval_every == 0:
                     _heldout(model, step)
 
         def _heldout(model, step):
             res = evaluate(model, tok, cfg.arm, cfg.heldout, cfg.heldout_samples, cfg.max_completion_length,
                            seed=cfg.seed, device=device, grader=cfg.heldout_grading)
-            append_jsonl(out / "heldout_trajectory.jsonl", [{"step": step, "stage": stage.name, **res}])
+            append_jsonl(out / "heldout_trajectory.jsonl", [finite_or_null({"step": step, "stage": stage.name, **res})])
 
         args = GRPOConfig(
             output_dir=str(stage_dir), max_steps=stage.steps, learning_rate=cfg.learning_rate,
