@@ -49,8 +49,13 @@ class TaskSpec(BaseModel):
         train or evaluate on a level the world does not have (or on no problems at all)."""
         if v is None or info.data.get("task") != "world":
             return v
-        from ..studies.world.problems import LEVELS
+        import inspect
 
+        from ..tasks import discover
+
+        # the world task's levels, read from the task registry (its loader's default): core never
+        # imports the study that registers it
+        LEVELS = inspect.signature(discover()["world"].loader).parameters["levels"].default
         known = {str(x) for x in LEVELS}
         bad = [x for x in (v if isinstance(v, list) else [v]) if str(x) not in known]
         if bad:
