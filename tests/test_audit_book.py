@@ -255,3 +255,11 @@ def test_a_collab_endpoint_with_url_credentials_is_refused_before_any_work(root,
     line = refused(["collab", "run", "--scale", str(path), "--out", str(tmp_path / "c"), "--stages", "eval"],
                    watch=[tmp_path], expect="credentials")
     assert "Zk4q9LmPw7xQ" not in line and "PLAINkey0x7Q2mZ9vW4tR8" not in line
+
+
+def test_null_means_absent_for_any_parameter():
+    # adapter=null samples the bare base: a text default still takes null (the Re-running page's CPU example)
+    from polyvox.config import check_param_value
+
+    assert check_param_value("adapter", None, '"scasella91/qwen3-30b-a3b-multipersona-debate-lora"') is None
+    assert check_param_value("adapter", 3, '"scasella91/qwen3-30b-a3b-multipersona-debate-lora"') is not None

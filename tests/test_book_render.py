@@ -44,7 +44,7 @@ def test_parameters_are_read_with_defaults_and_meanings():
 def test_rerun_box_gives_the_command_and_each_parameter_as_the_cli_reads_it():
     box = render.rerun_markdown("panel/length", render.parameters_of(PARAMS))
     assert box.startswith("````{admonition} Re-run this chapter") and box.rstrip().endswith("````")
-    assert "polyvox run panel/length --out runs/panel-length" in box
+    assert ".venv/bin/polyvox run panel/length --out runs/panel-length" in box
     assert "polyvox book build --only panel/length --params params.yaml" in box
     rows = [line for line in box.splitlines() if line.startswith("| `")]
     assert rows == ["| `data_dir` | `data` | folder holding multipersona/ (the published records) |",

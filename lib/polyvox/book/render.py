@@ -163,12 +163,12 @@ def rerun_markdown(chapter: str, params: list[dict]) -> str:
     lines = [f"````{{admonition}} Re-run this chapter", ":class: tip polyvox-rerun", "",
              "With its defaults (the shipped records), into a run folder that keeps the executed notebook and "
              "a manifest (parameters, versions, git commit):", "",
-             "```bash", f"polyvox run {chapter} --out runs/{slug}", "```", ""]
+             "```bash", f".venv/bin/polyvox run {chapter} --out runs/{slug}", "```", ""]
     if params:
         example = params[0]
         lines += [f"Any parameter below with `-p name=value` (read as YAML: `true`, `null`, `3`, text), e.g. "
                   f"`-p {example['name']}={_cli_value(example['value'])}`; or inside the book: "
-                  f"`polyvox book build --only {chapter} --params params.yaml`.", "",
+                  f"`.venv/bin/polyvox book build --only {chapter} --params params.yaml`.", "",
                   "| parameter | default | meaning |", "|---|---|---|"]
         for p in params:
             lines.append(f"| `{p['name']}` | `{_cell_text(_cli_value(p['value']))}` | "

@@ -33,7 +33,8 @@ def check_param_value(name: str, value: Any, default_source: str) -> str | None:
     """None when ``value`` may replace a parameter whose default is written ``default_source``
     (papermill's inspection), else what it must be: an int default takes integers, a float
     default numbers, a bool default true/false, a text default text, a list default a list;
-    a ``None`` default (or one that is not a literal) takes anything."""
+    a ``None`` default (or one that is not a literal) takes anything, and any parameter takes ``None``
+    (the chapters read it as "absent": ``adapter=null`` samples the bare base)."""
     import ast
 
     problem = _unsafe_value(value)
@@ -43,7 +44,7 @@ def check_param_value(name: str, value: Any, default_source: str) -> str | None:
         default = ast.literal_eval(default_source)
     except (ValueError, SyntaxError, TypeError):
         return None
-    if default is None:
+    if default is None or value is None:  # null means "absent" for any parameter (adapter=null: no adapter)
         return None
     if isinstance(default, bool):
         ok, what = isinstance(value, bool), "true or false"
