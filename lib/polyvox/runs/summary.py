@@ -79,19 +79,25 @@ def summarize(run: str | Path, data_dir="data", grade_in_memory: bool = True, na
 
 def summary_lines(summaries: list[RunSummary]) -> list[str]:
     """The summaries as an aligned text table, then the files and notes."""
+    from .grade import STATUSES
+
     header = ("task", "system", "model", "problems", "samples", "accuracy [95% Wilson]", "cap hits", "mean tokens",
               "grading")
     rows = []
     for s in summaries:
         acc = s.accuracy
         acc_text = "not graded" if acc is None else f"{acc[0]:.1%} [{acc[1]:.1%}, {acc[2]:.1%}]"
-        statuses = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in sorted(s.statuses.items())) or "-"
+        order = [*STATUSES, *sorted(k for k in s.statuses if k not in STATUSES)]
+        statuses = "(" + ", ".join(f"{k.replace('_', ' ')} {s.statuses.get(k, 0)}" for k in order) + ")" \
+            if s.statuses else "-"
         rows.append((s.task, s.system, s.model, str(s.problems), str(s.samples), acc_text,
                      f"{s.cap_hits / max(1, s.samples):.1%}", f"{s.mean_tokens:.0f}", statuses))
     widths = [max(len(x) for x in col) for col in zip(header, *rows)]
     lines = ["  ".join(x.ljust(w) for x, w in zip(row, widths)).rstrip() for row in (header, *rows)]
     for s in summaries:
         files = f"{s.folder}/{GRADED if s.graded_on_disk else ROLLOUTS}"
+        if s.graded_on_disk and (Path(s.folder) / ROLLOUTS).exists():
+            files += f" (rollouts: {s.folder}/{ROLLOUTS})"
         how = "" if s.graded_on_disk or s.correct is None else " (graded in memory; polyvox grade writes graded.jsonl)"
         lines.append(f"files: {files}{how}" + (f" — {s.note}" if s.note else ""))
     return lines
