@@ -58,6 +58,8 @@ def test_openai_usage_not_a_count_is_refused_without_quoting_it(usage, monkeypat
             _one(url, monkeypatch)
     msg = str(err.value).split(": ", 1)[1]  # after the server's address (its port may hold any digits)
     assert "\n" not in msg and KEY not in msg and "usage." in msg and "-3" not in msg and "1.5" not in msg
+    if usage["prompt_tokens"] is True:
+        assert "a boolean" in msg
 
 
 # 26/27: text null or a number

@@ -267,26 +267,31 @@ class OpenAIBackend:
         # every field is checked before it is used; a message names the field and the type it has, never its
         # value (a server may echo what it was sent, the key among it)
         if not isinstance(text, str):
-            raise RuntimeError(f"{self.base_url}: a reply whose {where} is {_kind(text)}, not a string")
+            raise self._bad_reply(f"{self.base_url}: a reply whose {where} is {_kind(text)}, not a string")
         if finish is None:
             finish = "stop"  # a server that names no finish reason: read as a normal stop
         elif not isinstance(finish, str) or not finish:
-            raise RuntimeError(f"{self.base_url}: a reply whose choices[0].finish_reason is {_kind(finish)}, "
-                               "not a non-empty string")
+            raise self._bad_reply(f"{self.base_url}: a reply whose choices[0].finish_reason is {_kind(finish)}, "
+                                  "not a non-empty string")
         tokens = []
         for field in ("prompt_tokens", "completion_tokens"):
             value = _get(usage, field)
             if value is None:
                 value = 0  # a server that reports no usage: counted as 0
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise RuntimeError(f"{self.base_url}: a reply whose usage.{field} is "
-                                   f"{'a negative integer' if isinstance(value, int) else _kind(value)}, "
-                                   "not a non-negative integer")
+                negative = isinstance(value, int) and not isinstance(value, bool)
+                raise self._bad_reply(f"{self.base_url}: a reply whose usage.{field} is "
+                                      f"{'a negative integer' if negative else _kind(value)}, "
+                                      "not a non-negative integer")
             tokens.append(value)
         # a server may echo what it was sent (the Authorization header among it): never pass it on
         text = scrub_text(text, *self.secrets())
         finish = scrub_text(finish, *self.secrets())
         return Completion(text, tokens[0], tokens[1], finish, time.perf_counter() - t0)
+
+    def _bad_reply(self, message: str) -> RuntimeError:
+        """A reply that failed a check: one line naming the field and its type (scrubbed anyway)."""
+        return RuntimeError(" ".join(scrub_text(message, *self.secrets()).split()))
 
     def generate(self, requests: list[Request], params: SamplingParams) -> list[Completion]:
         self.client()
