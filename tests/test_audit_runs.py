@@ -223,3 +223,25 @@ def test_a_malformed_cache_is_refused_before_the_model_loads(tmp_path):
         make_run(tmp_path / "run", backend=spec, cache=cache)
     assert LOADED == []
     assert not (tmp_path / "run").exists()
+
+
+def test_a_failed_resume_after_new_records_keeps_no_grading_of_the_old_rollouts(tmp_path):
+    out = make_run(tmp_path / "run", chunk=1)
+    runs.grade(out)
+    path = out / "rollouts.jsonl"
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[:-2]))
+    with pytest.raises(OSError):
+        make_run(out, chunk=1, backend=Fake(fail_on_call=2, error=OSError("server gone")))
+    assert not (out / "graded.jsonl").exists()
+    assert "grading" not in json.loads((out / "manifest.json").read_text())
+
+
+def test_a_resume_that_fails_before_any_record_keeps_the_grades(tmp_path):
+    out = make_run(tmp_path / "run")
+    runs.grade(out)
+    graded = (out / "graded.jsonl").read_bytes()
+    path = out / "rollouts.jsonl"
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[:-1]))
+    with pytest.raises(OSError):
+        make_run(out, backend=Fake(fail_on_call=1, error=OSError("server gone")))
+    assert (out / "graded.jsonl").read_bytes() == graded

@@ -165,6 +165,10 @@ def _after_failure(out: Path, previous: bytes | None, fields: dict, appended: in
     path = out / MANIFEST
     try:
         if previous is not None:
+            if appended and b'"grading"' in previous:  # its grades went with the rollouts they graded
+                data = json.loads(previous)
+                data.pop("grading", None)
+                previous = (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode()
             _replace_bytes(path, previous)
         elif not (out / ROLLOUTS).exists():
             path.unlink(missing_ok=True)
@@ -231,9 +235,7 @@ def sample(out: str | Path, task: str, fmt: str, backend: Backend | BackendSpec,
         fields = {"kind": KIND_SAMPLE, "settings": settings, "problem_digests": problem_digests(problems),
                   "label_digests": label_digests(problems),
                   "labels_sha256": tasks.labels_hash(problems), "started": now_iso()}
-        # the rollouts are about to change: grades of the old ones (and the manifest's grading) go
-        (out / GRADED).unlink(missing_ok=True)
-        write_manifest(out, **fields, status="running")
+        write_manifest(out, **fields, status="running")  # (without the grading of the rollouts before)
         appended = 0
         try:
             if cache_file is not None:
@@ -257,6 +259,8 @@ def sample(out: str | Path, task: str, fmt: str, backend: Backend | BackendSpec,
                 if len(records) != len(batch):
                     raise RuntimeError(f"backend {getattr(backend, 'name', '?')} returned {len(records)} "
                                        f"completions for {len(batch)} requests")
+                if not appended:  # the rollouts change now: the grades of the old ones go
+                    (out / GRADED).unlink(missing_ok=True)
                 append_jsonl(out / ROLLOUTS, records)
                 appended += len(records)
                 bar.update(len(batch))
