@@ -211,6 +211,7 @@ def test_rl_refuses_a_sample_run_folder_and_changes_nothing(tmp_path):
     refused(["rl", "--config", str(path)], watch=[tmp_path], expect="holds a sample run")
 
 
+@pytest.mark.slow  # moved out of the fast tier (over 1.5 s on 2 cores)
 def test_a_failure_in_rl_training_is_recorded_as_failed(tmp_path, monkeypatch):
     """An exception after the manifest is written leaves ``status: failed`` (kind rl) with its one-line error."""
     from polyvox.train import grpo

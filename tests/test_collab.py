@@ -149,6 +149,7 @@ scheduler.run(sys.argv[1], [q(i) for i in range(12)], sc, {{"system": "kill"}}, 
 """
 
 
+@pytest.mark.slow  # moved out of the fast tier (over 1.5 s on 2 cores)
 def test_kill_and_resume_loses_nothing_and_duplicates_nothing(tmp_path, root):
     out = tmp_path / "run"
     script = tmp_path / "go.py"

@@ -46,6 +46,7 @@ def test_the_loop_gives_generates_texts_in_fp32(loaded, params):
     assert [c.finish_reason for c in loop] == [c.finish_reason for c in eager]
 
 
+@pytest.mark.slow  # moved out of the fast tier (over 1.5 s on 2 cores)
 def test_stop_strings_cut_the_same_text(loaded):
     model, tok = loaded
     # a stop string the random model produces: a piece of one row's own unconstrained output

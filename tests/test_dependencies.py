@@ -1,3 +1,4 @@
+import pytest
 """Issue 18 item 6: pyproject.toml states compatible ranges, with extras, and requirements.lock is
 the exact environment that meets them.
 
@@ -128,6 +129,7 @@ print("\\n".join(failed))
 """
 
 
+@pytest.mark.slow  # moved out of the fast tier (over 1.5 s on 2 cores)
 def test_the_core_imports_without_any_extra(root):
     done = subprocess.run([sys.executable, "-c", BLOCKED], cwd=root / "lib", capture_output=True, text=True,
                           timeout=300)

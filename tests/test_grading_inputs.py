@@ -79,6 +79,7 @@ def test_integer_gold_that_is_no_integer_is_ungradable():
     assert [integer_string(s) for s in ("033", "-0", "+7", "1,234.0", "1,23", "x")] == ["33", "0", "7", "1234", None, None]
 
 
+@pytest.mark.slow  # moved out of the fast tier (over 1.5 s on 2 cores)
 def test_math_verify_logs_stay_off_stderr_and_time_outs_are_reported():
     """In a fresh process (pytest's own log capture would hide what a CLI user sees on stderr)."""
     script = textwrap.dedent(r"""

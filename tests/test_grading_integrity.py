@@ -293,6 +293,7 @@ def test_two_problems_heldout_noise_streams_differ(tiny, monkeypatch):
 
 # ---------------------------------------------------------------- item 5: timeouts from math-verify's API; workers
 
+@pytest.mark.slow  # moved out of the fast tier (over 1.5 s on 2 cores)
 def test_timeouts_are_counted_from_math_verify_exceptions_not_its_log(root):
     """With every log record switched off, a time-out is still a time-out (the old counter read the log)."""
     script = textwrap.dedent(r"""

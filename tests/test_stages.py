@@ -127,6 +127,7 @@ class Writers:
         monkeypatch.setattr(os, "replace", replace)
 
 
+@pytest.mark.slow  # moved out of the fast tier (over 1.5 s on 2 cores)
 def test_every_world_manifest_has_one_writer(tmp_path, monkeypatch):
     """GRPO's manifest in an RL stage folder was rewritten by the pipeline (two writers); now each
     manifest is written by one function, and the RL stages' records are stage.json."""
