@@ -183,7 +183,10 @@ def test_explore_from_a_live_kernel_on_a_fresh_sample_of_tiny_think(root, tmp_pa
     assert done.returncode == 0, done.stderr[-2000:]
     executed = nbformat.read(chapter / "explorer.ipynb", as_version=4)
     page = "".join(html(c) for c in executed.cells if c.cell_type == "code")
-    assert "my-sample: correct" in page and "class='pv-pair'" in page and page.count("<details>") == 3
+    # the chapter's explorer (ro.explorer: rows → traces over all samples) and its side-by-side section
+    assert page.count("class='pv-x'") + page.count('class="pv-x"') == 1 and "class='pv-pair'" in page
+    data = json.loads(re.search(r"<script type='application/json' id='[\w-]+-data'>(.*?)</script>", page, re.S).group(1))
+    assert data["groups"][0]["systems"] == ["my-sample"] and len(data["groups"][0]["traces"]) == 3
     assert "3 problems, 1 system(s)" in "".join(o.get("data", {}).get("text/markdown", "")
                                                 for c in executed.cells if c.cell_type == "code" for o in c.outputs)
 
