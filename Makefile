@@ -26,7 +26,7 @@ book: venv
 # the whole suite: units, the real server, training on CPU, every chapter, the real book build,
 # the built book in a real browser (Debian's chromium, installed when missing)
 test: venv lint-imports chromium
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=30 tests
 
 # no model training, no server, no notebook execution (target: under 60 s on 2 cores; two
 # workers, one per core: about 48 s against 58 s in one process)

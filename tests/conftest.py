@@ -144,3 +144,13 @@ def built_book(root, tmp_path_factory):
     params = dest / "params.yaml"
     params.write_text(yaml.safe_dump({"all": {"data_dir": "data"}}))
     return dest, book.build(dest, params_file=params, progress=False), params
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``make test`` runs two workers, one per core), every test that reads the one
+    session book build runs on the same worker (``--dist loadgroup``), so the book is built once."""
+    # the browser tests too: Playwright's sync API refuses to start in a worker where an earlier test
+    # (a notebook kernel client) left an asyncio loop marked running; the book's worker starts them cleanly
+    for item in items:
+        if "built_book" in getattr(item, "fixturenames", ()) or "browser" in item.module.__name__:
+            item.add_marker(pytest.mark.xdist_group("book"))
