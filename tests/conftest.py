@@ -154,3 +154,20 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "built_book" in getattr(item, "fixturenames", ()) or "browser" in item.module.__name__:
             item.add_marker(pytest.mark.xdist_group("book"))
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """One headless Debian chromium for the whole test process, driven by Playwright's sync API (which
+    refuses a second instance while one runs in the same thread: the browser test modules share this)."""
+    import shutil as _shutil
+
+    from playwright.sync_api import sync_playwright
+
+    exe = _shutil.which("chromium") or _shutil.which("chromium-browser")
+    if not exe:
+        pytest.fail("Debian's chromium is not installed: apt-get install -y chromium (.ci/run does it)")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        yield b
+        b.close()

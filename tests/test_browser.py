@@ -123,14 +123,7 @@ def server(book_html):
     srv.shutdown()
 
 
-@pytest.fixture(scope="session")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"])
-        yield b
-        b.close()
+# `browser`: the one Chromium of the test process (conftest.py)
 
 
 def pages_of(html_root: Path) -> list[str]:

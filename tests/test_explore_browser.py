@@ -96,14 +96,7 @@ def site(root, run_folder, tmp_path_factory):
     server.shutdown()
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"])
-        yield b
-        b.close()
+# `browser`: the one Chromium of the test process (conftest.py)
 
 
 class Page:
