@@ -10,7 +10,9 @@ from pathlib import Path
 
 from ..records import (KIND_SAMPLE, RecordError, RunLock, Sample, append_jsonl, check_folder_kind, from_dict,
                        iter_jsonl, manifest_kind, now_iso, read_manifest, write_manifest)
-from .folder import MANIFEST, ROLLOUTS, _is_int, _jsonable, _out_path
+from ..statuses import RunStatus
+from .folder import MANIFEST, ROLLOUTS, _jsonable, _out_path
+from .sample import check_run_settings
 
 
 def _shard_manifest(d: Path) -> tuple[dict, dict]:
@@ -28,16 +30,10 @@ def _shard_manifest(d: Path) -> tuple[dict, dict]:
         raise ValueError(f"{d}: holds a {kind or 'unrecognised'} run, not a sample run; merge joins sample shards")
     if settings.get("shard") == "merged":
         raise ValueError(f"{d}: a merged run, not a shard; merge the shards it was merged from")
-    shard, nshards = settings.get("shard"), settings.get("nshards")
-    if not (_is_int(shard) and _is_int(nshards) and 0 <= shard < nshards):
-        raise RecordError(d / MANIFEST, None, f"settings.shard {shard!r} of nshards {nshards!r} is not a shard")
-    if not isinstance(settings.get("problems_sha256"), str):
-        raise RecordError(d / MANIFEST, None, "settings.problems_sha256 missing: the shard's problems are unknown")
-    if not (_is_int(settings.get("n")) and settings["n"] >= 1):
-        raise RecordError(d / MANIFEST, None, f"settings.n should be an integer ≥ 1, got {settings.get('n')!r}")
-    if manifest.get("status") != "complete":
-        raise ValueError(f"{d}: shard {shard} is not complete (status {manifest.get('status')!r}); finish it first "
-                         "(a rerun of polyvox sample resumes it), then merge")
+    check_run_settings(d / MANIFEST, settings)  # as grade checks them: a shard index, its problems' hash, n …
+    if manifest.get("status") != RunStatus.COMPLETE:
+        raise ValueError(f"{d}: shard {settings['shard']} is not complete (status {manifest.get('status')!r}); "
+                         "finish it first (a rerun of polyvox sample resumes it), then merge")
     return manifest, settings
 
 
@@ -125,7 +121,7 @@ def _check_merge_out(out: Path, settings: dict) -> None:
     check_folder_kind(out, KIND_SAMPLE)
     manifest = read_manifest(out) if out.is_dir() else {}
     if manifest:
-        if manifest.get("status") == "merging" and manifest.get("settings") == settings:
+        if manifest.get("status") == RunStatus.MERGING and manifest.get("settings") == settings:
             return
         raise ValueError(f"{out}: holds a run already (status {manifest.get('status')!r}); merge writes a new folder")
     if (out / ROLLOUTS).exists():
@@ -156,12 +152,12 @@ def merge(shard_dirs: list[str | Path], out: str | Path) -> Path:
             fields["label_digests"] = labels
         tmp = out / (ROLLOUTS + ".tmp")
         try:
-            write_manifest(out, **fields, status="merging")
+            write_manifest(out, **fields, status=RunStatus.MERGING)
             tmp.unlink(missing_ok=True)
             (out / ROLLOUTS).unlink(missing_ok=True)
             append_jsonl(tmp, samples)
             os.replace(tmp, out / ROLLOUTS)
-            write_manifest(out, **fields, finished=now_iso(), status="complete", records=len(samples))
+            write_manifest(out, **fields, finished=now_iso(), status=RunStatus.COMPLETE, records=len(samples))
         except Exception:
             for name in (ROLLOUTS + ".tmp", ROLLOUTS, MANIFEST):  # ours: out held no run before
                 (out / name).unlink(missing_ok=True)

@@ -8,41 +8,9 @@ from pathlib import Path
 from .. import tasks
 from ..records import (KIND_SAMPLE, RecordError, Sample, from_dict, iter_jsonl, manifest_kind, read_manifest,
                        sha256_file)
-from .folder import MANIFEST, ROLLOUTS, _is_int
-from .sample import label_digests, problem_digests
-
-
-# settings a sample run's manifest must hold to be graded: (key, test, what it must be)
-_RUN_SETTINGS = (
-    ("task", lambda v: isinstance(v, str) and v != "", "a task name"),
-    ("task_options", lambda v: isinstance(v, dict), "a mapping"),
-    ("n", lambda v: _is_int(v) and v >= 1, "an integer ≥ 1"),
-    ("limit", lambda v: v is None or (_is_int(v) and v >= 1), "an integer ≥ 1 or null"),
-    ("nshards", lambda v: _is_int(v) and v >= 1, "an integer ≥ 1"),
-)
-
-
-def _check_run_settings(path: Path, settings: dict) -> None:
-    for key, ok, what in _RUN_SETTINGS:
-        if key not in settings:
-            raise RecordError(path, None, f"settings.{key} missing: not a complete polyvox sample manifest")
-        if not ok(settings[key]):
-            raise RecordError(path, None, f"settings.{key} should be {what}, got {settings[key]!r}")
-    shard, nshards = settings.get("shard"), settings["nshards"]
-    if shard == "merged":
-        parts = settings.get("shard_problems_sha256")
-        if not isinstance(parts, dict) or not parts:
-            raise RecordError(path, None, "settings.shard_problems_sha256 missing: this run was merged before polyvox "
-                                          "recorded its shards' problems, so they cannot be checked; merge the "
-                                          "shards again")
-        for k, v in parts.items():
-            if not (isinstance(k, str) and k.isdigit() and int(k) < nshards and isinstance(v, str)):
-                raise RecordError(path, None, f"settings.shard_problems_sha256 has a bad entry {k!r}: {v!r}")
-    elif not (_is_int(shard) and 0 <= shard < nshards):
-        raise RecordError(path, None, f"settings.shard should be an index below nshards ({nshards}) or 'merged', "
-                                      f"got {shard!r}")
-    elif not isinstance(settings.get("problems_sha256"), str):
-        raise RecordError(path, None, "settings.problems_sha256 missing: the run's problems cannot be checked")
+from ..statuses import RunStatus
+from .folder import MANIFEST, ROLLOUTS
+from .sample import check_run_settings, label_digests, problem_digests
 
 
 def _first_difference(problems, recorded) -> str:
@@ -117,8 +85,8 @@ def _grade_plan(run: Path, data_dir) -> _GradePlan:
     settings = manifest.get("settings")
     if not isinstance(settings, dict) or not settings:
         raise RecordError(mpath, None, "no settings: not a polyvox run folder")
-    _check_run_settings(mpath, settings)
-    if manifest.get("status") != "complete":
+    check_run_settings(mpath, settings)  # a SampleSettings: task, n, limit, the shards' problems
+    if manifest.get("status") != RunStatus.COMPLETE:
         raise ValueError(f"{run}: the run is not complete (status {manifest.get('status')!r}); finish it first "
                          "(a rerun of polyvox sample resumes it), then grade")
     task = tasks.get(settings["task"])

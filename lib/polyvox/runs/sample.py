@@ -13,12 +13,17 @@ import re
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Annotated, Literal
+
+import pydantic
+from pydantic import Field
 
 from .. import formats, tasks
 from ..backends.base import Backend, BackendSpec, Request, SamplingParams
 from ..records import (KIND_SAMPLE, RecordError, RunLock, Sample, append_jsonl, check_folder_kind, from_dict,
                        iter_jsonl, manifest_kind, now_iso, portable_path, read_manifest, repair_truncated_tail,
                        scrub_text, write_manifest)
+from ..statuses import RunStatus
 from .folder import GRADED, MANIFEST, ROLLOUTS, _jsonable, _out_path, check_settings
 
 # files a sample folder without a manifest may hold (its lock, a torn manifest write); any other file
@@ -31,31 +36,116 @@ def sample_seed(seed: int, problem_id: str, index: int) -> int:
     return int.from_bytes(h[:4], "little") & 0x7FFFFFFF
 
 
-# one table of argument rules for sampling, checked before anything loads or is written:
-# (name, test, what it must be)
-SAMPLE_RULES = (
-    ("n", lambda v: isinstance(v, int) and v >= 1, "an integer ≥ 1"),
-    ("max_tokens", lambda v: isinstance(v, int) and v >= 1, "an integer ≥ 1"),
-    ("temperature", lambda v: isinstance(v, (int, float)) and 0 <= v < float("inf"), "a number ≥ 0"),
-    ("top_p", lambda v: isinstance(v, (int, float)) and 0 < v <= 1, "a number in (0, 1]"),
-    ("limit", lambda v: v is None or (isinstance(v, int) and v >= 1), "an integer ≥ 1 (or absent)"),
-    ("nshards", lambda v: isinstance(v, int) and v >= 1, "an integer ≥ 1"),
-    ("chunk", lambda v: isinstance(v, int) and v >= 1, "an integer ≥ 1"),
-    ("seed", lambda v: isinstance(v, int) and v >= 0, "an integer ≥ 0"),
-)
+class SampleArgs(pydantic.BaseModel):
+    """Sampling's arguments, checked before anything loads or is written. Strict: ``True`` is not an
+    integer, ``"3"`` not a number. A field's description is what it must be, as the one-line refusal
+    says it (``--n must be an integer ≥ 1, got 0``)."""
+
+    model_config = pydantic.ConfigDict(strict=True, frozen=True)
+
+    n: int = Field(ge=1, description="an integer ≥ 1")
+    max_tokens: int = Field(ge=1, description="an integer ≥ 1")
+    temperature: float = Field(ge=0, allow_inf_nan=False, description="a number ≥ 0")
+    top_p: float = Field(gt=0, le=1, description="a number in (0, 1]")
+    limit: int | None = Field(ge=1, description="an integer ≥ 1 (or absent)")
+    nshards: int = Field(ge=1, description="an integer ≥ 1")
+    chunk: int = Field(ge=1, description="an integer ≥ 1")
+    seed: int = Field(ge=0, description="an integer ≥ 0")
+    shard: int = Field(ge=0, description="in 0 … {last} (--nshards {nshards})")
+    fmt: str
+
+    @pydantic.model_validator(mode="after")
+    def _shard_and_format(self):
+        if self.shard >= self.nshards:
+            raise ValueError(f"--shard must be in 0 … {self.nshards - 1} (--nshards {self.nshards}), "
+                             f"got {self.shard!r}")
+        if self.fmt not in formats.FORMATS:
+            raise ValueError(f"unknown format {self.fmt!r}; formats: {', '.join(formats.FORMATS)}")
+        return self
+
+
+SAMPLE_RULES = SampleArgs  # the name polyvox.runs exports (the rules were a table; the model's fields hold them now)
+
+
+def _first_error(exc: pydantic.ValidationError) -> tuple[str | None, dict]:
+    """The first of pydantic's errors (a missing field before a wrong one) and the field it names; a
+    validator's own message is the error itself."""
+    errors = sorted(exc.errors(include_url=False), key=lambda e: e["type"] != "missing")
+    first = errors[0]
+    return (str(first["loc"][0]) if first["loc"] else None), first
+
+
+def _validator_message(error: dict) -> str | None:
+    return str(error["ctx"]["error"]) if error["type"] == "value_error" else None
 
 
 def check_sample_args(fmt: str, n: int, params: SamplingParams, limit, shard: int, nshards: int, chunk: int,
-                      seed: int) -> None:
+                      seed: int) -> SampleArgs:
+    """The arguments as a :class:`SampleArgs`; a bad one is a ValueError in one line naming the option."""
     values = {"n": n, "max_tokens": params.max_tokens, "temperature": params.temperature, "top_p": params.top_p,
-              "limit": limit, "nshards": nshards, "chunk": chunk, "seed": seed}
-    for name, ok, what in SAMPLE_RULES:
-        if not ok(values[name]):
-            raise ValueError(f"--{name.replace('_', '-')} must be {what}, got {values[name]!r}")
-    if not (isinstance(shard, int) and 0 <= shard < nshards):
-        raise ValueError(f"--shard must be in 0 … {nshards - 1} (--nshards {nshards}), got {shard!r}")
-    if fmt not in formats.FORMATS:
-        raise ValueError(f"unknown format {fmt!r}; formats: {', '.join(formats.FORMATS)}")
+              "limit": limit, "nshards": nshards, "chunk": chunk, "seed": seed, "shard": shard, "fmt": fmt}
+    try:
+        return SampleArgs(**values)
+    except pydantic.ValidationError as exc:
+        name, error = _first_error(exc)
+        what = SampleArgs.model_fields[name].description.format(last=nshards - 1, nshards=nshards) if name else ""
+        message = _validator_message(error) or f"--{name.replace('_', '-')} must be {what}, got {values[name]!r}"
+        raise ValueError(message) from None
+
+
+class SampleSettings(pydantic.BaseModel):
+    """What grade and merge rely on in a sample run's ``settings`` (the other settings are kept, unchecked).
+
+    A shard (``shard`` an index below ``nshards``) records its problems' hash; a merged run
+    (``shard: "merged"``) records each shard's. A field's description is what it should be, as the
+    one-line refusal says it (``settings.n should be an integer ≥ 1, got 0``)."""
+
+    model_config = pydantic.ConfigDict(strict=True, extra="allow", frozen=True)
+
+    task: str = Field(min_length=1, description="a task name")
+    task_options: dict = Field(description="a mapping")
+    n: int = Field(ge=1, description="an integer ≥ 1")
+    limit: int | None = Field(ge=1, description="an integer ≥ 1 or null")
+    nshards: int = Field(ge=1, description="an integer ≥ 1")
+    shard: Annotated[int, Field(ge=0)] | Literal["merged"] = Field(
+        None, description="an index below nshards ({nshards}) or 'merged'", validate_default=True)
+    problems_sha256: str | None = Field(None, description="a hash (text)")
+    shard_problems_sha256: dict[str, str] | None = Field(None, description="a mapping {shard index: hash}")
+
+    @pydantic.model_validator(mode="after")
+    def _shards(self):
+        if self.shard != "merged":
+            if self.shard >= self.nshards:
+                raise ValueError(f"settings.shard should be an index below nshards ({self.nshards}) or 'merged', "
+                                 f"got {self.shard!r}")
+            if self.problems_sha256 is None:
+                raise ValueError("settings.problems_sha256 missing: the run's problems cannot be checked")
+            return self
+        if not self.shard_problems_sha256:
+            raise ValueError("settings.shard_problems_sha256 missing: this run was merged before polyvox recorded "
+                             "its shards' problems, so they cannot be checked; merge the shards again")
+        for k, v in self.shard_problems_sha256.items():
+            if not (k.isdigit() and int(k) < self.nshards):
+                raise ValueError(f"settings.shard_problems_sha256 has a bad entry {k!r}: {v!r}")
+        return self
+
+
+def check_run_settings(path: Path, settings: dict) -> SampleSettings:
+    """A sample manifest's settings as a :class:`SampleSettings`; bad ones are a :class:`RecordError`
+    naming the manifest and the setting."""
+    try:
+        return SampleSettings.model_validate(settings)
+    except pydantic.ValidationError as exc:
+        name, error = _first_error(exc)
+        message = _validator_message(error)
+        if message is None and error["type"] == "missing":
+            message = f"settings.{name} missing: not a complete polyvox sample manifest"
+        elif message is None and len(error["loc"]) > 1 and name == "shard_problems_sha256":
+            message = f"settings.{name} has a bad entry {error['loc'][1]!r}: {error['input']!r}"
+        elif message is None:
+            what = SampleSettings.model_fields[name].description.format(nshards=settings.get("nshards"))
+            message = f"settings.{name} should be {what}, got {settings.get(name)!r}"
+        raise RecordError(path, None, message) from None
 
 
 def _check_sample_folder(out: Path, settings: dict) -> None:
@@ -173,8 +263,8 @@ def _after_failure(out: Path, previous: bytes | None, fields: dict, appended: in
         elif not (out / ROLLOUTS).exists():
             path.unlink(missing_ok=True)
         else:
-            write_manifest(out, **fields, status="interrupted" if isinstance(exc, KeyboardInterrupt) else "failed",
-                           error=_one_line(exc, secrets), records_written=appended)
+            stopped = RunStatus.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else RunStatus.FAILED
+            write_manifest(out, **fields, status=stopped, error=_one_line(exc, secrets), records_written=appended)
     except OSError:
         pass  # the manifest keeps saying "running", which is true of a run that stopped mid-way
 
@@ -213,7 +303,7 @@ def sample(out: str | Path, task: str, fmt: str, backend: Backend | BackendSpec,
         previous = (out / MANIFEST).read_bytes() if (out / MANIFEST).exists() else None
         status = read_manifest(out).get("status")
         expected = {(p.id, i) for p in problems for i in range(n)}
-        if status == "complete" and set(_existing(out, repair=False)) == expected:
+        if status == RunStatus.COMPLETE and set(_existing(out, repair=False)) == expected:
             return out  # a complete run: nothing to sample, nothing repaired or rewritten
         done = _existing(out)
         _check_keys(out, done, problems, n)
@@ -235,7 +325,7 @@ def sample(out: str | Path, task: str, fmt: str, backend: Backend | BackendSpec,
         fields = {"kind": KIND_SAMPLE, "settings": settings, "problem_digests": problem_digests(problems),
                   "label_digests": label_digests(problems),
                   "labels_sha256": tasks.labels_hash(problems), "started": now_iso()}
-        write_manifest(out, **fields, status="running")  # (without the grading of the rollouts before)
+        write_manifest(out, **fields, status=RunStatus.RUNNING)  # (without the grading of the rollouts before)
         appended = 0
         try:
             if cache_file is not None:
@@ -272,5 +362,5 @@ def sample(out: str | Path, task: str, fmt: str, backend: Backend | BackendSpec,
             raise
         extra = {"cache": {"hits": backend.cache.hits, "misses": backend.cache.misses}} \
             if cache_file is not None else {}
-        write_manifest(out, **fields, finished=now_iso(), status="complete", records=len(problems) * n, **extra)
+        write_manifest(out, **fields, finished=now_iso(), status=RunStatus.COMPLETE, records=len(problems) * n, **extra)
     return out
