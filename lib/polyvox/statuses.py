@@ -1,4 +1,4 @@
-"""The words polyvox writes for a run's state, a grade and a verdict: one enum each.
+"""The words polyvox writes for a run's state, a grade, a verdict and a judge's choice: one enum each.
 
 Each is a ``str`` enum, so a member is the very string it stands for: it compares equal
 to it, hashes as it, and is written to JSON as it (``json.dumps(GradeStatus.OK)`` is
@@ -46,6 +46,14 @@ class Outcome(StrEnum):
     TIE = "T"
     UNPARSEABLE = "U"  # a judge's answer in one order could not be read
     MISSING = "M"  # not judged yet
+
+
+class Choice(StrEnum):
+    """A judge's answer to one call, as ``choice`` in a verdicts.jsonl line."""
+    A = "A"  # the first response is better
+    B = "B"  # the second response is better
+    TIE = "tie"
+    UNPARSEABLE = "unparseable"  # no answer could be read in any attempt
 
 
 GRADE_STATUSES = tuple(GradeStatus)

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from ..records import KIND_JUDGE, RunLock, append_jsonl, now_iso, read_manifest, write_manifest
+from ..statuses import Choice, RunStatus
 from .judges import Call, Judge
 from .records import CHOICES, VERDICTS, Pair, _calls, call_key, check_out, load_cache, pairs, portable_side
 
@@ -19,7 +20,7 @@ def _todo(ps: list[Pair], judge: Judge, cache: dict, retry_unparseable: bool) ->
         for c in _calls(p):
             k = call_key(ident, c)
             rec = cache.get(k)
-            if k in seen or (rec is not None and not (retry_unparseable and rec["choice"] == "unparseable")):
+            if k in seen or (rec is not None and not (retry_unparseable and rec["choice"] == Choice.UNPARSEABLE)):
                 continue
             seen.add(k)
             todo.append(c)
@@ -72,10 +73,10 @@ def run(a_spec: str, b_spec: str, out: str | Path, judge: Judge, chunk: int = 32
         todo = _todo(ps, judge, cache, retry_unparseable)
         fields = _manifest_fields(out, a_spec, b_spec, ident, max_attempts)
         old = read_manifest(out)
-        if not todo and old.get("status") == "complete" and all(old.get(k) == v for k, v in fields.items()):
+        if not todo and old.get("status") == RunStatus.COMPLETE and all(old.get(k) == v for k, v in fields.items()):
             # nothing left to do and the manifest already says so: a rerun writes nothing
             return {"calls_made": 0, "unparseable": 0, "seconds": 0.0, "verdicts_per_s": None}
-        write_manifest(out, **fields, status="running", updated=now_iso())
+        write_manifest(out, **fields, status=RunStatus.RUNNING, updated=now_iso())
         t0, made, unparseable = time.perf_counter(), 0, 0
         for b in range(0, len(todo), chunk):
             batch = todo[b:b + chunk]
@@ -94,13 +95,13 @@ def run(a_spec: str, b_spec: str, out: str | Path, judge: Judge, chunk: int = 32
                     if choice is not None and choice not in CHOICES:
                         raise RuntimeError(f"judge {ident.get('judge')}: parse gave {choice!r}, not one of "
                                            f"{', '.join(CHOICES)}")
-                    results[i] = (choice or "unparseable", raw, attempt + 1, latency)
+                    results[i] = (choice or Choice.UNPARSEABLE, raw, attempt + 1, latency)
                     if choice is None:
                         still.append(i)
                 pending, attempt = still, attempt + 1
             records = []
             for c, (choice, raw, attempts, latency) in zip(batch, results):
-                unparseable += choice == "unparseable"
+                unparseable += choice == Choice.UNPARSEABLE
                 records.append({"key": call_key(ident, c), "judge": ident.get("judge"), "prompt_id": c.prompt_id,
                                 "first_sha": hashlib.sha256(c.first.encode()).hexdigest()[:16],
                                 "second_sha": hashlib.sha256(c.second.encode()).hexdigest()[:16],
@@ -111,6 +112,6 @@ def run(a_spec: str, b_spec: str, out: str | Path, judge: Judge, chunk: int = 32
             if progress:
                 print(f"judge: {made}/{len(todo)} calls", flush=True)
         seconds = time.perf_counter() - t0
-        write_manifest(out, **fields, status="complete", updated=now_iso())
+        write_manifest(out, **fields, status=RunStatus.COMPLETE, updated=now_iso())
     return {"calls_made": made, "unparseable": unparseable, "seconds": round(seconds, 3),
             "verdicts_per_s": round(made / seconds, 2) if made and seconds > 0 else None}

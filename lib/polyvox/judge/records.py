@@ -4,70 +4,72 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
+
+import pydantic
+from pydantic import Field
 
 from ..records import KIND_JUDGE, RecordError, check_out_path, iter_jsonl, portable_path, repair_truncated_tail
+from ..statuses import Choice
 from .judges import Call
 
 VERDICTS = "verdicts.jsonl"
-CHOICES = ("A", "B", "tie")
-RECORDED = CHOICES + ("unparseable",)  # what a verdict line's ``choice`` may hold
+CHOICES = (Choice.A, Choice.B, Choice.TIE)  # what a judge may answer
+RECORDED = tuple(Choice)  # what a verdict line's ``choice`` may hold: those, or unparseable
 # what a verdicts folder holds besides its manifest (tallies.json and stage.json: the personas pipeline's
 # judge stage, its tallies and its stage record)
 FOLDER_FILES = {VERDICTS, "manifest.json", ".lock", "tallies.json", "manifest.json.tmp", "stage.json",
                 "stage.json.tmp"}
 
 
-def read_systems(path: str | Path) -> dict[str, dict]:
-    """A systems file by prompt id; a malformed row is an error naming the file and line.
+class SystemsRow(pydantic.BaseModel):
+    """One row of a systems file: a prompt, what a good answer prefers, and each system's response
+    (other fields, such as the labels a tally groups by, are kept as they are)."""
 
-    Every text of a row (its field names and string fields, system names and responses) must be text UTF-8
-    can encode: a lone surrogate (the JSON escape ``\\ud800``) is refused here, not met later.
-    """
+    model_config = pydantic.ConfigDict(strict=True, extra="allow", frozen=True)
+
+    prompt_id: str = Field(min_length=1)
+    prompt: str
+    preference: str
+    responses: dict[str, str]
+
+
+def _row_message(exc: pydantic.ValidationError) -> str:
+    """pydantic's first error about a systems row as the one line the file's reader gives (a missing
+    field before a wrong one)."""
+    error = sorted(exc.errors(include_url=False), key=lambda e: e["type"] != "missing")[0]
+    loc, got = error["loc"], type(error["input"]).__name__
+    if error["type"] == "missing":
+        return f"missing field {loc[0]!r} for a systems row"
+    if loc == ("prompt_id",) and error["type"] == "string_too_short":
+        return "empty prompt_id"
+    if loc == ("responses",):
+        return f"field 'responses' should be an object {{system: text}}, got {got}"
+    if loc[0] == "responses":  # ("responses", system) or ("responses", system, "[key]")
+        return f"response of system {loc[1]!r} should be a string, got {got}"
+    return f"field {loc[0]!r} should be a string, got {got}"
+
+
+def read_systems(path: str | Path) -> dict[str, dict]:
+    """A systems file by prompt id, each row checked as a :class:`SystemsRow` (and returned as read); a
+    malformed row is an error naming the file and line. Every text is text UTF-8 can encode: the reader
+    refuses a lone surrogate (the JSON escape ``\\ud800``) with its line."""
     rows = {}
     for line, obj in iter_jsonl(path):
         if not isinstance(obj, dict):
             raise RecordError(path, line, f"expected a JSON object (a systems row), got {type(obj).__name__}")
-        for k in ("prompt_id", "prompt", "preference", "responses"):
-            if k not in obj:
-                raise RecordError(path, line, f"missing field {k!r} for a systems row")
-        for k in ("prompt_id", "prompt", "preference"):
-            if not isinstance(obj[k], str):
-                raise RecordError(path, line, f"field {k!r} should be a string, got {type(obj[k]).__name__}")
-        if not obj["prompt_id"]:
-            raise RecordError(path, line, "empty prompt_id")
-        responses = obj["responses"]
-        if not isinstance(responses, dict):
-            raise RecordError(path, line, f"field 'responses' should be an object {{system: text}}, "
-                                          f"got {type(responses).__name__}")
-        bad = next((k for k, v in responses.items() if not isinstance(v, str)), None)
-        if bad is not None:
-            raise RecordError(path, line, f"response of system {bad!r} should be a string, "
-                                          f"got {type(responses[bad]).__name__}")
-        texts = [(f"field name {k!r}"[:60], k) for k in obj]
-        texts += [(f"field {k!r}"[:60], v) for k, v in obj.items() if isinstance(v, str)]
-        texts += [(f"system name {k!r}"[:60], k) for k in responses]
-        texts += [(f"response of system {k!r}"[:60], v) for k, v in responses.items()]
-        bad = next((name for name, text in texts if not _encodable(text)), None)
-        if bad is not None:
-            raise RecordError(path, line, f"{bad} holds a lone surrogate (such as the JSON escape \\ud800), "
-                                          "not text that UTF-8 can encode")
+        try:
+            SystemsRow.model_validate(obj)
+        except pydantic.ValidationError as exc:
+            raise RecordError(path, line, _row_message(exc)) from None
         if obj["prompt_id"] in rows:
             raise RecordError(path, line, f"duplicate prompt_id {obj['prompt_id']!r}")
         rows[obj["prompt_id"]] = obj
     if not rows:
         raise RecordError(path, None, "no systems rows")
     return rows
-
-
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def parse_side(spec: str) -> tuple[Path, str]:
@@ -147,15 +149,28 @@ def check_out(out: str | Path) -> Path:
     return out
 
 
+class VerdictLine(pydantic.BaseModel):
+    """One line of verdicts.jsonl: the call's key (its sha256) and the judge's :class:`Choice` (the other
+    fields: judge, prompt, the texts' digests, raw reply, attempts, latency)."""
+
+    model_config = pydantic.ConfigDict(strict=True, extra="allow", frozen=True)
+
+    key: str = Field(pattern=r"^[0-9a-f]{64}$")
+    choice: Annotated[Choice, pydantic.Strict(False)]  # read from JSON: a string, checked against the enum
+
+
 def _verdict(path: Path, line: int, obj) -> dict:
+    """A verdicts line checked as a :class:`VerdictLine`, returned as read."""
     if not isinstance(obj, dict):
         raise RecordError(path, line, f"expected a JSON object (a verdict), got {type(obj).__name__}")
-    key = obj.get("key")
-    if not isinstance(key, str) or not re.fullmatch(r"[0-9a-f]{64}", key):
-        raise RecordError(path, line, "a verdict needs its 'key' (64 hex digits, the call's sha256), got "
-                                      + (repr(key)[:40] if key is not None else "none"))
-    if obj.get("choice") not in RECORDED:
-        raise RecordError(path, line, f"choice {obj.get('choice')!r} is not one of {', '.join(RECORDED)}")
+    try:
+        VerdictLine.model_validate(obj)
+    except pydantic.ValidationError as exc:
+        if exc.errors(include_url=False)[0]["loc"] == ("key",):
+            key = obj.get("key")
+            raise RecordError(path, line, "a verdict needs its 'key' (64 hex digits, the call's sha256), got "
+                                          + (repr(key)[:40] if key is not None else "none")) from None
+        raise RecordError(path, line, f"choice {obj.get('choice')!r} is not one of {', '.join(RECORDED)}") from None
     return obj
 
 
@@ -175,7 +190,7 @@ def load_cache(out: str | Path, repair: bool = True) -> dict[str, dict]:
     for line, obj in iter_jsonl(path, tolerate_truncated_tail=not repair):
         obj = _verdict(path, line, obj)
         old = cache.get(obj["key"])
-        if old is not None and old["choice"] != "unparseable":
+        if old is not None and old["choice"] != Choice.UNPARSEABLE:
             raise RecordError(path, line, f"duplicate verdict for key {obj['key'][:12]}…")
         cache[obj["key"]] = obj
     return cache
