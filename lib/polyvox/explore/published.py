@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 import pandas as pd
+import pydantic
 
 from .. import runs
 from ..records import RecordError, portable_path, read_json
@@ -28,21 +29,73 @@ def _leading_number(text: str):
     return m.group(0) if m else None
 
 
+class Trace(pydantic.BaseModel):
+    """One system's trace of a case-study problem: its raw text (``reasoning`` and ``answer``, when
+    given as text, are used as they are)."""
+
+    model_config = pydantic.ConfigDict(strict=True, extra="allow", frozen=True)
+
+    raw: str
+
+
+class CaseItem(pydantic.BaseModel):
+    """One case-study problem: its id, category, text, expected answer, and both systems' traces."""
+
+    model_config = pydantic.ConfigDict(strict=True, extra="allow", frozen=True)
+
+    id: str
+    category_short: str
+    problem: str
+    expected: str
+    panel: Trace
+    thinking: Trace
+
+
+class CaseStudy(pydantic.BaseModel):
+    """The study's ``transcripts.json``: a non-empty list of items, and its metadata."""
+
+    model_config = pydantic.ConfigDict(strict=True, extra="allow", frozen=True)
+
+    items: list[CaseItem] = pydantic.Field(min_length=1)
+    metadata: dict = pydantic.Field(default_factory=dict)
+
+
+def _case_message(error: dict) -> str:
+    loc, kind, got = error["loc"], error["type"], type(error["input"]).__name__
+    if len(loc) < 2:  # the file itself, or its items list
+        if loc == ("metadata",):
+            return f"field 'metadata' should be an object, got {got}"
+        return "expected an object with a non-empty list 'items'"
+    where = f"items[{loc[1]}]"
+    if len(loc) == 2:
+        return f"{where}: expected an object, got {got}"
+    if loc[2] in ("panel", "thinking") and (len(loc) > 3 or kind != "missing"):
+        return f"{where}.{loc[2]}: expected an object with a string 'raw'"
+    return f"{where}: missing field {loc[2]!r}" if kind == "missing" else \
+        f"{where}: field {loc[2]!r} should be a string, got {got}"
+
+
+def check_case_study(path: Path, data) -> CaseStudy:
+    """The case study's file as a :class:`CaseStudy`; a bad one is a :class:`RecordError` in one line
+    naming the file and the item (JSON arrays have no line numbers)."""
+    if not isinstance(data, dict):
+        raise RecordError(path, None, "expected an object with a non-empty list 'items'")
+    try:
+        return CaseStudy.model_validate(data)
+    except pydantic.ValidationError as exc:
+        # the first item's error first, and in an item a missing field before a wrong one
+        errors = sorted(exc.errors(include_url=False),
+                        key=lambda e: (e["loc"][1] if len(e["loc"]) > 1 and e["loc"][0] == "items" else -1,
+                                       e["type"] != "missing"))
+        raise RecordError(path, None, _case_message(errors[0])) from None
+
+
 def published(data_dir="data", graded_categories=GRADED_CATEGORIES) -> Rollouts:
     """The published case study: 20 problems × {panel, thinking}, one trace each (see the module docstring)."""
     path = Path(data_dir) / CASE_STUDY
     data = read_json(path)
-    items = data.get("items") if isinstance(data, dict) else None
-    if not isinstance(items, list) or not items:
-        raise RecordError(path, None, "expected an object with a non-empty list 'items'")
-    systems = ("panel", "thinking")
-    for i, it in enumerate(items):
-        for key in ("id", "category_short", "problem", "expected", *systems):
-            if key not in it:
-                raise RecordError(path, None, f"items[{i}]: missing field {key!r}")
-        for s in systems:
-            if not isinstance(it[s], dict) or not isinstance(it[s].get("raw"), str):
-                raise RecordError(path, None, f"items[{i}].{s}: expected an object with a string 'raw'")
+    check_case_study(path, data)
+    items, systems = data["items"], ("panel", "thinking")
     golds = {it["id"]: _leading_number(it["expected"]) for it in items
              if it["category_short"] in graded_categories and _leading_number(it["expected"])}
     grades = {}

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+import pydantic
 
-from ...records import RecordError, from_dict, read_json, read_jsonl
+from ...records import RecordError, from_dict, iter_jsonl, read_json, read_jsonl
 
 ROOT = "multipersona"
 MATH_L5 = {"panel": "reports/eval_math500_vibecheck/panel_l5_full/summary.json",
@@ -71,14 +72,26 @@ def eval_counts(data_dir, bench: str, system: str) -> pd.DataFrame:
     return df
 
 
+class DispersionRow(pydantic.BaseModel):
+    """One problem of a published dispersion file: what the analysis reads (the other columns, level,
+    subject, lengths …, are kept as they are)."""
+
+    model_config = pydantic.ConfigDict(strict=True, extra="allow", frozen=True)
+
+    label: str
+    uid: str
+    n_samples: int
+    n_correct: int
+    mean_pairwise_dist: float
+
+
 def dispersion(data_dir, which: str) -> pd.DataFrame:
     """Published per-problem dispersion rows for 'math50' (stratified slice) or 'aime', all labels."""
     path = _root(data_dir) / DISPERSION[which] / "per_problem.jsonl"
-    rows = read_jsonl(path)
-    for line, r in enumerate(rows, start=1):
-        for key in ("label", "uid", "n_samples", "n_correct", "mean_pairwise_dist"):
-            if key not in r:
-                raise RecordError(path, line, f"missing field {key!r}")
+    rows = []
+    for line, r in iter_jsonl(path):
+        from_dict(DispersionRow, r, path, line)  # checked (its file line named); the row is kept as read
+        rows.append(r)
     df = pd.DataFrame(rows)
     df.attrs["summary"] = read_json(_root(data_dir) / DISPERSION[which] / "summary.json")
     return df
@@ -159,10 +172,9 @@ def heldout_sources(data_dir) -> pd.Series:
 
 def case_study(data_dir) -> tuple[list[dict], dict]:
     """The 20 case-study problems with one panel and one thinking trace each, and the metadata."""
+    from ...explore.published import check_case_study  # the explorer reads the same file (imported when needed)
+
     path = _root(data_dir) / "reports/case_study/transcripts.json"
     data = read_json(path)
-    for i, item in enumerate(data.get("items", [])):
-        for key in ("id", "category_short", "problem", "expected", "panel", "thinking"):
-            if key not in item:
-                raise RecordError(path, None, f"items[{i}]: missing field {key!r}")
+    check_case_study(path, data)  # a CaseStudy: 20 items, each with its id, texts and both traces
     return data["items"], data.get("metadata", {})
