@@ -51,6 +51,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..statuses import RunStatus
+
 # the modules beside this one; their public names are re-exported here, as they were when all of it
 # lived in build.py. _build calls execute and _library_hash by this module's names (tests replace them)
 from .cache import cached_key, publish  # noqa: F401
@@ -148,11 +150,11 @@ def _build(root: Path, todo: list[Chapter], all_chapters: list[Chapter], correct
         if not force and cached_key(executed) == key:
             report.cached.append(ch.name)
         else:
-            tmp = root / CACHE_DIR / "running" / f"{ch.name}.ipynb"
+            tmp = root / CACHE_DIR / RunStatus.RUNNING / f"{ch.name}.ipynb"  # a folder per state
             try:
                 execute(ch, params, tmp, root)
             except BookError as exc:
-                failed = root / CACHE_DIR / "failed" / f"{ch.name}.ipynb"
+                failed = root / CACHE_DIR / RunStatus.FAILED / f"{ch.name}.ipynb"
                 failed.parent.mkdir(parents=True, exist_ok=True)
                 if tmp.exists():
                     shutil.move(str(tmp), failed)
