@@ -1,7 +1,7 @@
 """The `polyvox` command: one subcommand per stage.
 
     polyvox book build [--only CHAPTER] [--force] [--params FILE.yaml] [--no-html]
-    polyvox run CHAPTER -p key=value ... [--out DIR]
+    polyvox run CHAPTER -p key=value ... [--out DIR] [--html]
     polyvox sample --task T --format F --model M [--adapter A] --backend B --n N --out DIR ...
     polyvox merge SHARD_DIR ... --out DIR
     polyvox grade DIR [--data-dir D] [--workers N] [--max-ungradable F]
@@ -78,8 +78,12 @@ def _cmd_book_build(args) -> int:
 def _cmd_run(args) -> int:
     from .book import run_chapter
 
-    out = run_chapter(args.chapter, parse_kv(args.param), out=args.out)
+    out = run_chapter(args.chapter, parse_kv(args.param), out=args.out, html=args.html)
     print(f"run folder: {out}")
+    if args.html:
+        from .book.run import chapter_page
+
+        print(f"page: {chapter_page(out)} (offline, in the book's style: open it in a browser)")
     return 0
 
 
@@ -186,6 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("chapter", help="chapter name (panel/accuracy) or notebook path")
     r.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE")
     r.add_argument("--out", help="run folder (default runs/<chapter>-<time>)")
+    r.add_argument("--html", action="store_true",
+                   help="also write CHAPTER.html beside the executed notebook: a page in the book's style that "
+                        "opens offline (MathJax from this environment, no network); on a folder holding a "
+                        "complete run of the same chapter and parameters, only the page is written")
     r.set_defaults(func=_cmd_run)
 
     from .backends import BACKENDS

@@ -13,7 +13,7 @@ from .toc import find_root, resolve_chapter
 
 
 def run_chapter(name_or_path: str, params: dict, out: os.PathLike | str | None = None,
-                root: os.PathLike | str | None = None) -> Path:
+                root: os.PathLike | str | None = None, html: bool = False) -> Path:
     """Execute one chapter with parameters into a run folder (executed notebook + manifest.json).
 
     The folder is checked before anything is written: ``''``/``.``/a file are refused, so is a folder
@@ -27,6 +27,10 @@ def run_chapter(name_or_path: str, params: dict, out: os.PathLike | str | None =
     is checked against its default as ``book build --params`` checks it
     (:func:`polyvox.config.check_param_value`: the type, finite numbers, no URL credentials) before
     anything runs.
+
+    With ``html``, the executed notebook is also written as an offline page in the book's style beside it
+    (``<chapter>.html``, :func:`polyvox.book.html.write_page`); a folder holding a complete run of the same
+    chapter and parameters is not run again: its page is written from it.
     """
     import papermill as pm
 
@@ -62,6 +66,9 @@ def run_chapter(name_or_path: str, params: dict, out: os.PathLike | str | None =
     exact = hashlib.sha256(json.dumps([ch.name, params], sort_keys=True, default=str).encode()).hexdigest()
     settings = {"chapter": ch.name, "parameters": _as_recorded(portable_params(params, root, paths)),
                 "parameters_sha256": exact}
+    if html and _complete_with(out, settings):  # a page from a finished run of the same settings
+        _write_page(out, ch, root)
+        return out
     _check_chapter_folder(out, settings)  # read-only: a refused run changes nothing
     with RunLock(out):
         _check_chapter_folder(out, settings)  # again under the lock: another writer may have started meanwhile
@@ -77,7 +84,35 @@ def run_chapter(name_or_path: str, params: dict, out: os.PathLike | str | None =
                            error=path_replacer(root, paths)(" ".join(str(exc).split()))[:500])
             raise
         write_manifest(out, **record, finished=now_iso(), status="ok")
+        if html:
+            _write_page(out, ch, root)
     return out
+
+
+def chapter_page(out: os.PathLike | str) -> Path:
+    """The page ``run --html`` writes into a chapter run folder: the executed notebook's name, ``.html``."""
+    from ..records import read_manifest
+
+    notebook = Path((read_manifest(Path(out)) or {}).get("notebook", "chapter.ipynb")).name
+    return Path(out) / Path(notebook).with_suffix(".html").name
+
+
+def _complete_with(out: Path, settings: dict) -> bool:
+    from ..records import read_manifest
+
+    manifest = read_manifest(out) if out.is_dir() else {}
+    return bool(manifest) and manifest.get("status") == "ok" and all(manifest.get(k) == v for k, v in settings.items())
+
+
+def _write_page(out: Path, ch, root: Path) -> Path:
+    from .html import write_page
+
+    notebook = out / ch.source.name
+    try:
+        return write_page(notebook, root=root)
+    except Exception as exc:  # the run itself is complete: say so, and what the page lacks
+        raise BookError(f"{out}: the chapter ran (status ok), but its page could not be written: "
+                        f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}") from exc
 
 
 def _as_recorded(x):
@@ -104,7 +139,8 @@ def _check_chapter_folder(out: Path, settings: dict) -> None:
         return
     status = manifest.get("status")
     if status == "ok":
-        raise BookError(f"{out}: holds a complete run of chapter {manifest.get('chapter')}; use a new --out folder")
+        raise BookError(f"{out}: holds a complete run of chapter {manifest.get('chapter')}; use a new --out folder "
+                       "(--html with the same chapter and parameters writes that run's page)")
     recorded = {k: manifest.get(k) for k in settings}
     if recorded != settings:
         changed = [k for k in settings if recorded[k] != settings[k]]
