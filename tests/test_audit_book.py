@@ -5,9 +5,9 @@ line that repeats no secret, or (a chapter that fails) reported in one stderr li
 import json
 from pathlib import Path
 
-import nbformat
 import pytest
 import yaml
+from _fixtures import make_book as book
 from _hostile import refused, run_cli, snapshot
 
 from polyvox import config
@@ -20,21 +20,8 @@ CREDENTIAL_URLS = [f"http://alice:{PASSWORD}@127.0.0.1:9/v1", f"http://127.0.0.1
 
 def make_book(root: Path, code: str = "print(n, rate, weights, base_url)") -> Path:
     """A one-chapter book (x/ch: parameters n = 1, rate = 0.5, weights = [0.5, 0.5], base_url, run_dir)."""
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "_config.yml").write_text("title: t\nexecute:\n  execute_notebooks: 'off'\n")
-    (root / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n  - file: book/x/ch\n")
-    (root / "book").mkdir(exist_ok=True)
-    (root / "book/intro.md").write_text("# intro\n")
-    (root / "notebooks/x").mkdir(parents=True, exist_ok=True)
-    params = nbformat.v4.new_code_cell('n = 1\nrate = 0.5\nweights = [0.5, 0.5]\nbase_url = "http://127.0.0.1:9/v1"\n'
-                                       'run_dir = "runs/x"')
-    params.metadata["tags"] = ["parameters"]
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# ch"), params,
-                                         nbformat.v4.new_code_cell(code)])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, root / "notebooks/x/ch.ipynb")
-    (root / "data").mkdir(exist_ok=True)
-    return root
+    return book(root, code, 'n = 1\nrate = 0.5\nweights = [0.5, 0.5]\nbase_url = "http://127.0.0.1:9/v1"\n'
+                            'run_dir = "runs/x"')
 
 
 # ---------------------------------------------------------------- check_param_value (58, 12–14)

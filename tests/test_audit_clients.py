@@ -1,11 +1,10 @@
 """Regression tests for the hostile audit's findings in the clients: the openai backend's replies
 and base URL, the request cache's lines, judge runs and tallies, and explore's notebook."""
-import http.server
 import json
-import threading
 from contextlib import contextmanager
 
 import pytest
+from _fixtures import QuietHandler, local_server
 
 from polyvox.backends import Request, SamplingParams
 from polyvox.backends.openai import OpenAIBackend
@@ -13,31 +12,19 @@ from polyvox.backends.openai import OpenAIBackend
 KEY = "sk-audit-0123456789"
 
 
-class Replying(http.server.BaseHTTPRequestHandler):
+class Replying(QuietHandler):
     reply: dict = {}
 
     def do_POST(self):  # noqa: N802
-        self.rfile.read(int(self.headers["Content-Length"]))
-        body = json.dumps(Replying.reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+        self.body()
+        self.send(200, Replying.reply)
 
 
 @contextmanager
 def replying(choice: dict, usage=None):
     Replying.reply = {"choices": [choice], **({} if usage is None else {"usage": usage})}
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Replying)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_port}"
-    finally:
-        srv.shutdown()
+    with local_server(Replying) as url:
+        yield url
 
 
 def _one(url, monkeypatch):

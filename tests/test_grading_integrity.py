@@ -19,60 +19,13 @@ import time
 from pathlib import Path
 
 import pytest
+from _fixtures import BASE_URL, aime_data, edit_manifest, make_run
+from _fixtures import FakeOpenAI as Fake  # completions made here; fail_on call numbers raise
 from _hostile import run_cli
 
 from polyvox import grading, runs
-from polyvox.backends import Completion, SamplingParams
-from polyvox.backends.openai import OpenAIBackend
+from polyvox.backends import Completion
 from polyvox.records import GradedSample, RecordError, RunLock, Sample, read_jsonl
-
-BASE_URL = "http://127.0.0.1:9"
-PARAMS = SamplingParams(4096, 1.0, 1.0)  # the CLI's defaults
-
-
-class Fake:
-    """The openai backend's identity and prompts; completions made here. ``fail_on`` call numbers raise."""
-
-    name = "openai"
-
-    def __init__(self, answer="<answer>9</answer>", fail_on=()):
-        self.answer, self.fail_on, self.calls = answer, set(fail_on), 0
-        self.inner = OpenAIBackend("m", base_url=BASE_URL)
-
-    def identity(self):
-        return self.inner.identity()
-
-    def prompt(self, fmt, text):
-        return self.inner.prompt(fmt, text)
-
-    def generate(self, requests, params):
-        self.calls += 1
-        if self.calls in self.fail_on:
-            raise RuntimeError("the server went away")
-        answer = self.answer
-        return [Completion(answer(r) if callable(answer) else answer, 12, 5, "stop", 0.01) for r in requests]
-
-
-def make_run(out, task="world", n=2, limit=3, data_dir="data", backend=None, **kw) -> Path:
-    return runs.sample(out, task, "panel", backend or Fake(), n, PARAMS, limit=limit, data_dir=data_dir,
-                       progress=False, **kw)
-
-
-def edit_manifest(folder: Path, change) -> None:
-    data = json.loads((folder / "manifest.json").read_text())
-    change(data)
-    (folder / "manifest.json").write_text(json.dumps(data))
-
-
-def aime_data(root: Path, dest: Path, change=None) -> Path:
-    for year in (2024, 2025):
-        (dest / f"benchmarks/aime{year}").mkdir(parents=True)
-        rows = [json.loads(x) for x in (root / f"data/benchmarks/aime{year}/test.jsonl").read_text().splitlines()
-                if x.strip()]
-        if change and year == 2024:
-            change(rows)
-        (dest / f"benchmarks/aime{year}/test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return dest
 
 
 def tree(folder: Path) -> dict:

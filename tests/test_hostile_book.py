@@ -18,6 +18,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from _fixtures import make_book as book
 from _hostile import refused, run_cli
 
 from polyvox.records import RunLock, read_manifest
@@ -28,22 +29,7 @@ FLAKY = "import pathlib\nif not pathlib.Path(run_dir, 'go').exists():\n    raise
 
 def make_book(root: Path, code: str = GOOD, slow_cell: str | None = None) -> Path:
     """A one-chapter book (x/ch: parameters n and run_dir) with nothing built."""
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "_config.yml").write_text("title: t\nexecute:\n  execute_notebooks: 'off'\n")
-    (root / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n  - file: book/x/ch\n")
-    (root / "book").mkdir(exist_ok=True)
-    (root / "book/intro.md").write_text("# intro\n")
-    (root / "notebooks/x").mkdir(parents=True, exist_ok=True)
-    params = nbformat.v4.new_code_cell('n = 1\nrun_dir = "runs/x"')
-    params.metadata["tags"] = ["parameters"]
-    cells = [nbformat.v4.new_markdown_cell("# ch"), params, nbformat.v4.new_code_cell(code)]
-    if slow_cell:
-        cells.append(nbformat.v4.new_code_cell(slow_cell))
-    nb = nbformat.v4.new_notebook(cells=cells)
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, root / "notebooks/x/ch.ipynb")
-    (root / "data").mkdir(exist_ok=True)
-    return root
+    return book(root, code, 'n = 1\nrun_dir = "runs/x"', *([slow_cell] if slow_cell else []))
 
 
 def chapter_manifest(folder: Path, status: str, chapter: str = "x/ch", parameters: dict | None = None) -> Path:

@@ -3,7 +3,7 @@
 Every case is refused cleanly (:func:`_hostile.refused`): a non-zero exit, one line on stderr,
 no traceback, and the workspace byte-identical with nothing added. The runs are written by
 :func:`polyvox.runs.sample` with a fake backend whose identity is the ``openai`` backend's on
-``--model m --base-url http://127.0.0.1:9``, so the command line reaches the same settings
+``--model m --base-url http://127.0.0.1:9`` (:mod:`_fixtures`), so the command line reaches the same settings
 without a model, a server or a download; the world task needs no data, the AIME copies are
 small. The folders are built once per module (seconds).
 """
@@ -14,39 +14,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from _fixtures import BASE_URL, aime_data, edit_manifest, make_run
 from _hostile import refused
 
 from polyvox import runs
-from polyvox.backends import Completion, SamplingParams
-from polyvox.backends.openai import OpenAIBackend
-
-BASE_URL = "http://127.0.0.1:9"  # nothing listens there: a case that reached the network would fail
-
-
-class Fake:
-    """The openai backend's identity and prompts; completions made here (an answer tag per request)."""
-
-    name = "openai"
-
-    def __init__(self, answer: str = "<answer>9</answer>"):
-        self.answer, self.inner = answer, OpenAIBackend("m", base_url=BASE_URL)
-
-    def identity(self) -> dict:
-        return self.inner.identity()
-
-    def prompt(self, fmt: str, text: str):
-        return self.inner.prompt(fmt, text)
-
-    def generate(self, requests, params):
-        return [Completion(self.answer, 12, 5, "stop", 0.01) for _ in requests]
-
-
-# the CLI's defaults, so `polyvox sample ... --backend openai --model m` reaches the same settings
-PARAMS = SamplingParams(4096, 1.0, 1.0)
-
-
-def make_run(out: Path, task="world", n=2, limit=3, data_dir="data", **kw) -> Path:
-    return runs.sample(out, task, "panel", Fake(), n, PARAMS, limit=limit, data_dir=data_dir, progress=False, **kw)
 
 
 def sample_argv(out, *extra, task="world", n=2, limit=3):
@@ -54,28 +25,9 @@ def sample_argv(out, *extra, task="world", n=2, limit=3):
             "--n", str(n), "--limit", str(limit), "--out", str(out), *extra]
 
 
-def _edit_manifest(folder: Path, change) -> None:
-    path = folder / "manifest.json"
-    data = json.loads(path.read_text())
-    change(data)
-    path.write_text(json.dumps(data, indent=2) + "\n")
-
-
 def _copy(w: Path, src: str, dst: str) -> Path:
     shutil.copytree(w / src, w / dst)
     return w / dst
-
-
-def _aime_data(root: Path, dest: Path, change=None) -> Path:
-    """A copy of the AIME files aime_panel reads; ``change(rows_2024)`` edits the 2024 rows."""
-    for year in (2024, 2025):
-        (dest / f"benchmarks/aime{year}").mkdir(parents=True)
-        rows = [json.loads(x) for x in (root / f"data/benchmarks/aime{year}/test.jsonl").read_text().splitlines()
-                if x.strip()]
-        if change and year == 2024:
-            change(rows)
-        (dest / f"benchmarks/aime{year}/test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return dest
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +41,7 @@ def w(tmp_path_factory, root) -> Path:
     make_run(w / "s0_seed", n=1, limit=4, shard=0, nshards=2, seed=1)
     runs.merge([w / "s0", w / "s1"], w / "merged")
     merged_old = _copy(w, "merged", "merged_old")
-    _edit_manifest(merged_old, lambda m: m["settings"].pop("shard_problems_sha256", None))
+    edit_manifest(merged_old, lambda m: m["settings"].pop("shard_problems_sha256", None))
 
     def set_gold(rows):
         rows[1]["answer"] = "999"
@@ -101,9 +53,9 @@ def w(tmp_path_factory, root) -> Path:
         for r in rows:
             r["answer"] = "12.5"
 
-    _aime_data(root, w / "data_gold", set_gold)
-    _aime_data(root, w / "data_text", set_text)
-    _aime_data(root, w / "data_nonint", nonint)
+    aime_data(root, w / "data_gold", set_gold)
+    aime_data(root, w / "data_text", set_text)
+    aime_data(root, w / "data_nonint", nonint)
     make_run(w / "ungradable", task="aime_panel", data_dir=w / "data_nonint")
     (w / "data_empty").mkdir()
     (w / "file.txt").write_text("not a folder\n")
@@ -119,9 +71,9 @@ def w(tmp_path_factory, root) -> Path:
 
     for name, status in (("running", "running"), ("failed", "failed"), ("no_status", None)):
         folder = _copy(w, "run", name)
-        _edit_manifest(folder, lambda m, s=status: m.update(status=s) if s else m.pop("status"))
+        edit_manifest(folder, lambda m, s=status: m.update(status=s) if s else m.pop("status"))
     for name in ("s1_running",):
-        _edit_manifest(_copy(w, "s1", name), lambda m: m.update(status="running"))
+        edit_manifest(_copy(w, "s1", name), lambda m: m.update(status="running"))
     s1_short = _copy(w, "s1", "s1_short")
     (s1_short / "rollouts.jsonl").write_text("".join((w / "s1/rollouts.jsonl").read_text().splitlines(True)[:-1]))
     s1_bad = _copy(w, "s1", "s1_malformed")
@@ -175,12 +127,17 @@ def w(tmp_path_factory, root) -> Path:
         "m_no_task": lambda m: m["settings"].pop("task"),
     }
     for name, change in settings_edits.items():
-        _edit_manifest(_copy(w, "run", name), change)
+        edit_manifest(_copy(w, "run", name), change)
     return w
 
 
 def _grade(run, *extra):
     return lambda w: ["grade", str(w / run) if run is not None else "", *extra]
+
+
+def _merge(*shards, out="new"):
+    """``polyvox merge`` of the workspace's shard folders into ``out`` (None: an empty --out)."""
+    return lambda w: ["merge", *(str(w / s) for s in shards), "--out", str(w / out) if out is not None else ""]
 
 
 # (case id, argv builder (workspace) -> argv, expected words in the one line)
@@ -273,40 +230,26 @@ CASES = [
     ("sample-no-problems", lambda w: sample_argv(w / "new", "--level", "9"), "no problems"),
     ("sample-n-0", lambda w: sample_argv(w / "new", n=0), "--n must be an integer ≥ 1"),
     # ---- merge: shards
-    ("merge-incomplete", lambda w: ["merge", str(w / "s0"), str(w / "s1_running"), "--out", str(w / "new")],
-     "shard 1 is not complete (status 'running')"),
-    ("merge-short", lambda w: ["merge", str(w / "s0"), str(w / "s1_short"), "--out", str(w / "new")],
-     "1 records, but the shard's manifest says 2"),
-    ("merge-other-run", lambda w: ["merge", str(w / "s0"), str(w / "s_other"), "--out", str(w / "new")],
-     "a shard of another run (n differ"),
-    ("merge-other-seed", lambda w: ["merge", str(w / "s1"), str(w / "s0_seed"), "--out", str(w / "new")],
-     "a shard of another run (seed differ"),
-    ("merge-twice", lambda w: ["merge", str(w / "s0"), str(w / "s0"), "--out", str(w / "new")],
-     "also in another shard"),
-    ("merge-missing", lambda w: ["merge", str(w / "s0"), str(w / "nope"), "--out", str(w / "new")], "no such folder"),
-    ("merge-file", lambda w: ["merge", str(w / "s0"), str(w / "file.txt"), "--out", str(w / "new")],
-     "a file, not a run folder"),
-    ("merge-judge", lambda w: ["merge", str(w / "s0"), str(w / "judge"), "--out", str(w / "new")], "no settings"),
-    ("merge-empty-dir", lambda w: ["merge", str(w / "s0"), str(w / "empty_dir"), "--out", str(w / "new")],
-     "no settings"),
-    ("merge-merged", lambda w: ["merge", str(w / "merged"), "--out", str(w / "new")], "a merged run, not a shard"),
-    ("merge-malformed", lambda w: ["merge", str(w / "s0"), str(w / "s1_malformed"), "--out", str(w / "new")],
-     "rollouts.jsonl:1: malformed JSON"),
-    ("merge-no-shards", lambda w: ["merge", "--out", str(w / "new")], "required"),
+    ("merge-incomplete", _merge("s0", "s1_running"), "shard 1 is not complete (status 'running')"),
+    ("merge-short", _merge("s0", "s1_short"), "1 records, but the shard's manifest says 2"),
+    ("merge-other-run", _merge("s0", "s_other"), "a shard of another run (n differ"),
+    ("merge-other-seed", _merge("s1", "s0_seed"), "a shard of another run (seed differ"),
+    ("merge-twice", _merge("s0", "s0"), "also in another shard"),
+    ("merge-missing", _merge("s0", "nope"), "no such folder"),
+    ("merge-file", _merge("s0", "file.txt"), "a file, not a run folder"),
+    ("merge-judge", _merge("s0", "judge"), "no settings"),
+    ("merge-empty-dir", _merge("s0", "empty_dir"), "no settings"),
+    ("merge-merged", _merge("merged"), "a merged run, not a shard"),
+    ("merge-malformed", _merge("s0", "s1_malformed"), "rollouts.jsonl:1: malformed JSON"),
+    ("merge-no-shards", _merge(), "required"),
     # ---- merge: the out folder
-    ("merge-out-shard", lambda w: ["merge", str(w / "s0"), str(w / "s1"), "--out", str(w / "s0")],
-     "holds a run already"),
-    ("merge-out-run", lambda w: ["merge", str(w / "s0"), str(w / "s1"), "--out", str(w / "run")],
-     "merge writes a new folder"),
-    ("merge-out-records", lambda w: ["merge", str(w / "s0"), str(w / "s1"), "--out", str(w / "rollouts_only")],
-     "exists; merge writes a new folder"),
-    ("merge-out-empty", lambda w: ["merge", str(w / "s0"), str(w / "s1"), "--out", ""], "(got '')"),
-    ("merge-out-file", lambda w: ["merge", str(w / "s0"), str(w / "s1"), "--out", str(w / "file.txt")],
-     "a file, not a run folder"),
-    ("merge-out-through-file", lambda w: ["merge", str(w / "s0"), str(w / "s1"), "--out", str(w / "file.txt/m")],
-     "a file, not a folder (in the path"),
-    ("merge-out-judge", lambda w: ["merge", str(w / "s0"), str(w / "s1"), "--out", str(w / "judge")],
-     "holds a judge run"),
+    ("merge-out-shard", _merge("s0", "s1", out="s0"), "holds a run already"),
+    ("merge-out-run", _merge("s0", "s1", out="run"), "merge writes a new folder"),
+    ("merge-out-records", _merge("s0", "s1", out="rollouts_only"), "exists; merge writes a new folder"),
+    ("merge-out-empty", _merge("s0", "s1", out=None), "(got '')"),
+    ("merge-out-file", _merge("s0", "s1", out="file.txt"), "a file, not a run folder"),
+    ("merge-out-through-file", _merge("s0", "s1", out="file.txt/m"), "a file, not a folder (in the path"),
+    ("merge-out-judge", _merge("s0", "s1", out="judge"), "holds a judge run"),
 ]
 
 

@@ -7,14 +7,13 @@
 - one that answers 429 with ``Retry-After``: the client waits the stated delay, not its own
   backoff, and after the last attempt the error is typed and one line.
 """
-import http.server
 import json
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
+from _fixtures import QuietHandler, completion, local_server
 from conftest import serve
 
 from polyvox.records import Sample, read_jsonl
@@ -52,56 +51,34 @@ def test_polyvox_sample_through_the_server(server, tmp_path, root):
     assert len(read_jsonl(out / "rollouts.jsonl", Sample)) == 4
 
 
-class Flaky(http.server.BaseHTTPRequestHandler):
+class Flaky(QuietHandler):
     failures = [503, 429]
     seen_auth: list = []
 
     def do_POST(self):  # noqa: N802
-        self.rfile.read(int(self.headers["Content-Length"]))
+        self.body()
         Flaky.seen_auth.append(self.headers.get("Authorization"))
-        if Flaky.failures:
-            body = f"rejected: {self.headers.get('Authorization')}".encode()  # a server that echoes the key
-            self.send_response(Flaky.failures.pop(0))
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+        if Flaky.failures:  # a server that echoes the key
+            self.send(Flaky.failures.pop(0), f"rejected: {self.headers.get('Authorization')}".encode(), None)
             return
-        body = json.dumps({"choices": [{"text": "ok", "finish_reason": "stop"}],
-                           "usage": {"prompt_tokens": 3, "completion_tokens": 1}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+        self.send(200, completion())
 
 
-class Recording(http.server.BaseHTTPRequestHandler):
+class Recording(QuietHandler):
     """Answers every request and keeps each (path, payload) it was sent."""
     seen: list = []
 
     def do_POST(self):  # noqa: N802
-        payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        payload = json.loads(self.body())
         Recording.seen.append((self.path, payload))
         choice = {"message": {"content": "ok"}} if "messages" in payload else {"text": "ok"}
-        body = json.dumps({"choices": [{**choice, "finish_reason": "stop"}],
-                           "usage": {"prompt_tokens": 3, "completion_tokens": 1}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+        self.send(200, {"choices": [{**choice, "finish_reason": "stop"}],
+                        "usage": {"prompt_tokens": 3, "completion_tokens": 1}}, None)
 
 
 def test_formats_send_different_requests():
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recording)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        backend = OpenAIBackend("m", base_url=f"http://127.0.0.1:{srv.server_port}", api_key_env=None)
+    with local_server(Recording) as url:
+        backend = OpenAIBackend("m", base_url=url, api_key_env=None)
         prompts = {f: backend.prompt(f, "What is 2 plus 2?") for f in ("panel", "think", "plain")}
         for p in prompts.values():
             backend.generate([Request.of(p, 1)], SamplingParams(max_tokens=2, stop=p.stop))
@@ -112,53 +89,34 @@ def test_formats_send_different_requests():
         assert t_body["chat_template_kwargs"] == {"enable_thinking": True}
         assert n_body["chat_template_kwargs"] == {"enable_thinking": False}
         assert Request.of(prompts["think"], 1).hash() != Request.of(prompts["plain"], 1).hash()
-    finally:
-        srv.shutdown()
 
 
 def test_retries_on_503_and_429_and_reads_key_from_env(monkeypatch):
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
+    with local_server(Flaky) as url:
         monkeypatch.setenv("POLYVOX_TEST_KEY", "secret-value")
-        backend = OpenAIBackend("m", base_url=f"http://127.0.0.1:{srv.server_port}", api_key_env="POLYVOX_TEST_KEY",
-                                backoff_s=0.01, concurrency=1)
+        backend = OpenAIBackend("m", base_url=url, api_key_env="POLYVOX_TEST_KEY", backoff_s=0.01, concurrency=1)
         [c] = backend.generate([Request("hi")], SamplingParams(max_tokens=2))
         assert c.text == "ok" and c.completion_tokens == 1
         assert Flaky.seen_auth == ["Bearer secret-value"] * 3
         Flaky.failures = [500] * 10
         with pytest.raises(RuntimeError, match="HTTP 500") as err:
-            OpenAIBackend("m", base_url=f"http://127.0.0.1:{srv.server_port}", api_key_env="POLYVOX_TEST_KEY",
+            OpenAIBackend("m", base_url=url, api_key_env="POLYVOX_TEST_KEY",
                           backoff_s=0.001, max_retries=2).generate([Request("hi")], SamplingParams(max_tokens=2))
         assert "secret-value" not in str(err.value) and "rejected: Bearer <redacted>" in str(err.value)
-    finally:
-        srv.shutdown()
 
 
-class Throttled(http.server.BaseHTTPRequestHandler):
+class Throttled(QuietHandler):
     """Always 429 with ``Retry-After: 1`` and a body over several lines; keeps when each request came."""
     times: list = []
 
     def do_POST(self):  # noqa: N802
-        self.rfile.read(int(self.headers["Content-Length"]))
+        self.body()
         Throttled.times.append(time.monotonic())
-        body = b'{"error": {"message": "rate limited,\n   try again\r\n later"}}\n\n'
-        self.send_response(429)
-        self.send_header("Retry-After", "1")
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+        self.send(429, b'{"error": {"message": "rate limited,\n   try again\r\n later"}}\n\n', Retry_After="1")
 
 
 def test_429_waits_the_stated_retry_after_then_raises_one_typed_line():
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Throttled)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{srv.server_port}"
-    try:
+    with local_server(Throttled) as url:
         # the backend's own backoff is a millisecond: only the server's Retry-After explains a 1 s wait
         backend = OpenAIBackend("m", base_url=url, api_key_env=None, max_retries=1, backoff_s=0.001)
         with pytest.raises(OpenAIServerError) as err:
@@ -169,8 +127,6 @@ def test_429_waits_the_stated_retry_after_then_raises_one_typed_line():
         message = str(err.value)
         assert "\n" not in message and "\r" not in message
         assert message.startswith(f"{url}/v1/completions: HTTP 429: ") and "rate limited, try again later" in message
-    finally:
-        srv.shutdown()
 
 
 def test_a_refused_connection_is_retried_then_one_typed_line():
@@ -188,29 +144,19 @@ def test_a_refused_connection_is_retried_then_one_typed_line():
 
 def test_no_key_but_the_named_variable_reaches_the_server(monkeypatch):
     """The openai client's own sources of a key (OPENAI_API_KEY, OPENAI_CUSTOM_HEADERS) send nothing."""
-    class Auth(http.server.BaseHTTPRequestHandler):
+    class Auth(QuietHandler):
         auth: list = []
-        log_message = Flaky.log_message
 
         def do_POST(self):  # noqa: N802
             Auth.auth.append(self.headers.get("Authorization"))
-            self.rfile.read(int(self.headers["Content-Length"]))
-            body = json.dumps({"choices": [{"text": "ok", "finish_reason": "stop"}]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.body()
+            self.send(200, completion(usage=False), None)
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-not-for-this-server")
     monkeypatch.setenv("OPENAI_CUSTOM_HEADERS", "Authorization: Bearer not-this-either")
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Auth)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{srv.server_port}"
+    with local_server(Auth) as url:
         OpenAIBackend("m", base_url=url, api_key_env=None).generate([Request("hi")], SamplingParams(max_tokens=2))
         monkeypatch.setenv("POLYVOX_TEST_KEY", "the-named-key")
         OpenAIBackend("m", base_url=url, api_key_env="POLYVOX_TEST_KEY").generate([Request("hi")],
                                                                                    SamplingParams(max_tokens=2))
         assert Auth.auth == [None, "Bearer the-named-key"]
-    finally:
-        srv.shutdown()
