@@ -135,6 +135,11 @@ def _grade(run, *extra):
     return lambda w: ["grade", str(w / run) if run is not None else "", *extra]
 
 
+def _sample(out, *extra, **kw):
+    """``polyvox sample`` into the workspace's folder ``out`` ("" and "." as they are)."""
+    return lambda w: sample_argv(w / out if out not in ("", ".") else out, *extra, **kw)
+
+
 def _merge(*shards, out="new"):
     """``polyvox merge`` of the workspace's shard folders into ``out`` (None: an empty --out)."""
     return lambda w: ["merge", *(str(w / s) for s in shards), "--out", str(w / out) if out is not None else ""]
@@ -205,30 +210,30 @@ CASES = [
     ("grade-ungradable", lambda w: ["grade", str(w / "ungradable"), "--data-dir", str(w / "data_nonint")],
      "6 of 6 samples (100.0%) are ungradable, above --max-ungradable 0.05"),
     # ---- sample: output folders
-    ("sample-out-empty", lambda w: sample_argv(""), "(got '')"),
-    ("sample-out-dot", lambda w: sample_argv("."), "(got '.')"),
-    ("sample-out-file", lambda w: sample_argv(w / "file.txt"), "a file, not a run folder"),
-    ("sample-out-through-file", lambda w: sample_argv(w / "file.txt/run"), "a file, not a folder (in the path"),
-    ("sample-out-judge", lambda w: sample_argv(w / "judge"), "holds a judge run"),
-    ("sample-out-rl", lambda w: sample_argv(w / "rl"), "holds a rl run"),
-    ("sample-out-unrecognised", lambda w: sample_argv(w / "unrecognised"), "holds a unrecognised run"),
-    ("sample-out-foreign", lambda w: sample_argv(w / "shipped"), "never adopts"),
-    ("sample-out-rollouts-only", lambda w: sample_argv(w / "rollouts_only"), "never adopts"),
-    ("sample-out-other-n", lambda w: sample_argv(w / "running", n=3), "other settings (n)"),
-    ("sample-out-merged", lambda w: sample_argv(w / "merged", n=1, limit=4), "other settings"),
-    ("sample-out-manifest-list", lambda w: sample_argv(w / "m_list"), "expected a JSON object, got list"),
+    ("sample-out-empty", _sample(""), "(got '')"),
+    ("sample-out-dot", _sample("."), "(got '.')"),
+    ("sample-out-file", _sample("file.txt"), "a file, not a run folder"),
+    ("sample-out-through-file", _sample("file.txt/run"), "a file, not a folder (in the path"),
+    ("sample-out-judge", _sample("judge"), "holds a judge run"),
+    ("sample-out-rl", _sample("rl"), "holds a rl run"),
+    ("sample-out-unrecognised", _sample("unrecognised"), "holds a unrecognised run"),
+    ("sample-out-foreign", _sample("shipped"), "never adopts"),
+    ("sample-out-rollouts-only", _sample("rollouts_only"), "never adopts"),
+    ("sample-out-other-n", _sample("running", n=3), "other settings (n)"),
+    ("sample-out-merged", _sample("merged", n=1, limit=4), "other settings"),
+    ("sample-out-manifest-list", _sample("m_list"), "expected a JSON object, got list"),
     # ---- sample: records in the folder that are not this run's
-    ("sample-unknown-key", lambda w: sample_argv(w / "r_unknown_problem"), "key ('nope', 0) is not in this run"),
-    ("sample-index-7", lambda w: sample_argv(w / "r_index_7"), "rollouts.jsonl:7: key"),
-    ("sample-malformed", lambda w: sample_argv(w / "r_malformed"), "rollouts.jsonl:2: malformed JSON"),
-    ("sample-duplicate", lambda w: sample_argv(w / "r_duplicate"), "rollouts.jsonl:7: duplicate key"),
-    ("sample-binary", lambda w: sample_argv(w / "r_binary"), "not UTF-8"),
-    ("sample-index-str", lambda w: sample_argv(w / "r_index_str"), "field 'sample_index' should be"),
+    ("sample-unknown-key", _sample("r_unknown_problem"), "key ('nope', 0) is not in this run"),
+    ("sample-index-7", _sample("r_index_7"), "rollouts.jsonl:7: key"),
+    ("sample-malformed", _sample("r_malformed"), "rollouts.jsonl:2: malformed JSON"),
+    ("sample-duplicate", _sample("r_duplicate"), "rollouts.jsonl:7: duplicate key"),
+    ("sample-binary", _sample("r_binary"), "not UTF-8"),
+    ("sample-index-str", _sample("r_index_str"), "field 'sample_index' should be"),
     # ---- sample: data
     ("sample-data-missing", lambda w: sample_argv(w / "new", "--data-dir", str(w / "no_data"), task="aime_panel"),
      "file not found"),
-    ("sample-no-problems", lambda w: sample_argv(w / "new", "--level", "9"), "no problems"),
-    ("sample-n-0", lambda w: sample_argv(w / "new", n=0), "--n must be an integer ≥ 1"),
+    ("sample-no-problems", _sample("new", "--level", "9"), "no problems"),
+    ("sample-n-0", _sample("new", n=0), "--n must be an integer ≥ 1"),
     # ---- merge: shards
     ("merge-incomplete", _merge("s0", "s1_running"), "shard 1 is not complete (status 'running')"),
     ("merge-short", _merge("s0", "s1_short"), "1 records, but the shard's manifest says 2"),
