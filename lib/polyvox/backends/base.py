@@ -42,14 +42,20 @@ class Request:
     seed: int = 0
     chat: bool = False
     template_kwargs: dict = field(default_factory=dict)  # chat endpoints: e.g. {"enable_thinking": False}
+    # this request's own LoRA adapter folder (None: the backend's own adapter, if any). Read by the vllm
+    # backend (one LoRARequest per folder, many adapters in one engine); the transformers and openai
+    # backends do not read it: give them requests without one
+    adapter: str | None = None
 
     @classmethod
-    def of(cls, prompt: Prompt, seed: int) -> "Request":
-        return cls(prompt.text, seed, prompt.chat, dict(prompt.template_kwargs))
+    def of(cls, prompt: Prompt, seed: int, adapter: str | None = None) -> "Request":
+        return cls(prompt.text, seed, prompt.chat, dict(prompt.template_kwargs), adapter)
 
     def hash(self) -> str:
-        """Short hash of what the backend receives (text and template options), stored with each sample."""
+        """Short hash of what the backend receives (text, template options, own adapter), stored with each sample."""
         blob = self.prompt if not self.template_kwargs else self.prompt + json.dumps(self.template_kwargs, sort_keys=True)
+        if self.adapter is not None:  # requests without one hash as before
+            blob += "\0adapter=" + self.adapter
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
