@@ -22,7 +22,7 @@ from pathlib import Path
 import re
 import sys
 
-from . import config
+from . import config, launch
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -149,7 +149,7 @@ def _cmd_explore(args) -> int:
 def _cmd_world(args) -> int:
     from .studies.world.pipeline import STAGES, run
 
-    run(args.out, args.scale, args.stages or STAGES, seeds=args.seeds)
+    run(args.out, args.scale, args.stages or STAGES, seeds=args.seeds, parallel=args.parallel, gpus=args.gpus)
     print(f"world runs: {args.out}")
     return 0
 
@@ -253,6 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated subset of models,panel-rl,eval,bands,bands-redraw,hillclimb-panel,"
                         "hillclimb-think")
     w.add_argument("--seeds", type=config.integer(0), nargs="+", help="RL seeds to run (default: the scale's seeds)")
+    launch.add_arguments(w)
     w.set_defaults(func=_cmd_world)
 
     rlp = sub.add_parser("rl", help="GRPO with LoRA from a YAML config")

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from . import config
+from .statuses import RunStatus
 from .records import (KIND_RL, RunLock, check_out_path, git_commit, library_versions, manifest_kind, now_iso,
                       read_json, read_manifest, scrub, write_manifest)
 
@@ -251,14 +252,17 @@ class Pipeline:
     ``names``: every stage name the study has (``--stages`` chooses among them); ``recognise(out)``:
     whether a folder without a root manifest is this pipeline's older run; ``ignore``: scale keys that
     change no output; ``checks``: more read-only checks, each called with the stage names to run;
-    ``root``: more fields for the root manifest; ``setup()``: work under the root lock before the stages."""
+    ``root``: more fields for the root manifest; ``setup()``: work under the root lock before the stages
+    (it calls ``process_setup()`` itself, if it needs it); ``process_setup()``: what every process that
+    runs a stage sets first (a thread count), called by :meth:`run_stage` in a launcher's workers."""
 
     def __init__(self, kind: str, out: str | Path, scale: dict, stages: list[Stage], names: tuple[str, ...], *,
                  recognise=None, ignore: tuple[str, ...] = (), checks: Iterable[Callable] = (),
-                 root: dict | None = None, setup: Callable[[], None] | None = None):
+                 root: dict | None = None, setup: Callable[[], None] | None = None,
+                 process_setup: Callable[[], None] | None = None):
         self.kind, self.out, self.scale, self.stages, self.names = kind, Path(out), scale, list(stages), tuple(names)
         self.recognise, self.ignore, self.checks = recognise, ignore, list(checks)
-        self.root, self.setup = dict(root or {}), setup
+        self.root, self.setup, self.process_setup = dict(root or {}), setup, process_setup
 
     def todo(self, names: Iterable[str] | None = None) -> tuple[str, ...]:
         """The stage names to run, in the pipeline's order; an unknown name is refused."""
@@ -297,23 +301,58 @@ class Pipeline:
         inputs = settings.get("inputs") if isinstance(settings, dict) else None
         if inputs is not None and inputs != self.inputs(st):
             return "stale"
-        return "done" if record.get("status") == "complete" else "todo"
+        return "done" if record.get("status") == RunStatus.COMPLETE else "todo"
 
-    def run(self, names: Iterable[str] | None = None) -> dict[str, float | None]:
+    def run(self, names: Iterable[str] | None = None, execute: Callable | None = None) -> dict[str, float | None]:
         """Validate, then run the stages ``names`` (all by default) under the root lock; seconds per stage
-        folder (a skipped stage: its record's)."""
+        folder (a skipped stage: its record's). ``execute(pipeline, todo)``, when given, runs the stages
+        instead of this process, one after another (:func:`polyvox.launch.run_pipeline`: K workers at once)."""
         todo = self.todo(names)
         self.check(todo)  # validate first: a refused run writes nothing
         with RunLock(self.out):
             self.check(todo)  # again under the lock: another writer may have finished meanwhile
             root = {"kind": self.kind, "scale": self.scale["name"], "settings": scale_settings(self.scale),
                     "stages": list(todo), **self.root}
-            write_manifest(self.out, **root, status="running", updated=now_iso())
+            write_manifest(self.out, **root, status=RunStatus.RUNNING, updated=now_iso())
             if self.setup is not None:
                 self.setup()
-            times = {st.folder.relative_to(self.out).as_posix(): self._run(st) for st in self.stages if st.name in todo}
-            write_manifest(self.out, **root, status="stages complete", updated=now_iso())
+            if execute is not None:
+                times = execute(self, todo)
+            else:
+                times = {st.folder.relative_to(self.out).as_posix(): self._run(st)
+                         for st in self.stages if st.name in todo}
+            write_manifest(self.out, **root, status=RunStatus.STAGES_COMPLETE, updated=now_iso())
         return times
+
+    def graph(self, names: Iterable[str] | None = None) -> list[tuple[str, tuple[str, ...]]]:
+        """The stages ``names`` as a job graph, in the pipeline's order: (folder relative to ``out``, the
+        folders of the stages among them that it reads). :mod:`polyvox.launch` runs it K at a time."""
+        todo = self.todo(names)
+        chosen = [st for st in self.stages if st.name in todo]
+        mine = {st.folder for st in chosen}
+        rel = lambda f: f.relative_to(self.out).as_posix()  # noqa: E731
+        return [(rel(st.folder), tuple(rel(f) for f in st.reads if f in mine)) for st in chosen]
+
+    def stage_at(self, folder: str) -> Stage:
+        """The stage whose folder is ``folder`` (relative to ``out``)."""
+        found = [st for st in self.stages if st.folder.relative_to(self.out).as_posix() == folder]
+        if not found:
+            raise ValueError(f"{self.out}: this pipeline has no stage folder {folder!r}")
+        return found[0]
+
+    def run_stage(self, folder: str) -> float | None:
+        """Run the one stage at ``folder`` (relative to ``out``) under its own folder's lock, not the root's.
+
+        For :mod:`polyvox.launch`'s workers: the launcher validated the whole run and holds the root's
+        lock while its workers each run one stage; the stage is validated again here before it writes."""
+        st = self.stage_at(folder)
+        check_kind(st.folder, st.hosts or KIND_STAGE)
+        prior = _without_inputs(st.record().get("settings"))
+        if prior is not None and prior != st.settings:
+            raise ValueError(f"{st.folder}: holds a stage run with other settings; use a new --out")
+        if self.process_setup is not None:
+            self.process_setup()
+        return self._run(st)
 
     def _run(self, st: Stage) -> float | None:
         state = self.state(st)
@@ -325,13 +364,13 @@ class Pipeline:
         with RunLock(st.folder):
             if state == "stale":
                 st.clear()
-            st.write(settings=settings, status="running", started=started, run_id=run_id)
+            st.write(settings=settings, status=RunStatus.RUNNING, started=started, run_id=run_id)
             extra = None if st.hosts else st.work()
         if st.hosts:
             extra = st.work()  # the run it hosts takes the folder's lock itself
         seconds = round(time.time() - t0, 1)
         with RunLock(st.folder):
-            st.write(**(extra or {}), settings=settings, status="complete", started=started, finished=now_iso(),
+            st.write(**(extra or {}), settings=settings, status=RunStatus.COMPLETE, started=started, finished=now_iso(),
                      seconds=seconds, run_id=run_id)
         print(f"{self.kind}: {st.folder.relative_to(self.out).as_posix()} done in {seconds} s", flush=True)
         return seconds

@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ... import config
+from ... import config, launch
 
 MODELS = ("small", "mid", "big", "large")  # the pool's base models, each a folder of --models
 
@@ -23,7 +23,7 @@ def _cmd_run(args) -> int:
 
     todo = args.stages or STAGES  # names checked as the command line was parsed
     try:
-        times = run(args.out, args.scale, todo, models_dir=args.models)
+        times = run(args.out, args.scale, todo, models_dir=args.models, parallel=args.parallel, gpus=args.gpus)
     except (AgentError, ValueError) as exc:
         from ...records import scrub_text
 
@@ -59,6 +59,7 @@ def add_commands(subparsers) -> None:
                    help="comma-separated subset of models,pd,rl,eval")
     r.add_argument("--models", default=None, type=_models_dir,
                    help="use trained base models from this folder (small, mid, big, large)")
+    launch.add_arguments(r)
     r.set_defaults(func=_cmd_run)
 
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ... import stages
+from ... import launch, stages
 from ...backends import SamplingParams, make_backend
 from ...records import Problem, read_manifest
 from . import scheduler as sched
@@ -231,7 +231,7 @@ def pipeline(out: str | Path, s: dict, models_dir: str | Path | None = None) -> 
         if models_dir is not None and not Path(models_dir).is_dir():
             raise ValueError(f"{models_dir}: no such folder of trained base models (--models)")
 
-    def setup() -> None:
+    def threads() -> None:  # every process that runs a stage (the launcher's workers too)
         if s.get("threads"):
             import torch
 
@@ -240,7 +240,8 @@ def pipeline(out: str | Path, s: dict, models_dir: str | Path | None = None) -> 
             torch.set_num_threads(int(s["threads"]))
 
     return stages.Pipeline(stages.KIND_COLLAB, out, s, [_stage(out, s, st, models) for st in STAGES], STAGES,
-                           recognise=_recognise, ignore=RUN_ONLY, checks=[models_exist], setup=setup)
+                           recognise=_recognise, ignore=RUN_ONLY, checks=[models_exist], setup=threads,
+                           process_setup=threads)
 
 
 def check(out: str | Path, s: dict, todo=STAGES, models_dir: str | Path | None = None) -> None:
@@ -248,10 +249,18 @@ def check(out: str | Path, s: dict, todo=STAGES, models_dir: str | Path | None =
     pipeline(out, s, models_dir).check(todo)
 
 
-def run(out: str | Path, scale: str | Path = "smoke", todo=STAGES, models_dir: str | Path | None = None) -> dict:
+def run(out: str | Path, scale: str | Path = "smoke", todo=STAGES, models_dir: str | Path | None = None,
+        parallel: int | None = None, gpus: list[str] | None = None) -> dict:
     """Run the stages ``todo`` in order into out/<stage>/ (skipping complete ones); returns seconds per stage.
 
     Validate first, write second: the stage names, the scale, the root and the stage folders are
     checked before anything is written; the run holds ``out``'s one-writer lock throughout.
+    ``parallel``: through :mod:`polyvox.launch` (each stage in a worker process); the four stages read one
+    another, so they still run one after another — the pool's models are trained within one stage.
     """
-    return pipeline(out, load_scale(scale), models_dir).run(todo)
+    s = load_scale(scale)
+    p = pipeline(out, s, models_dir)
+    if parallel is None:
+        return p.run(todo)
+    return launch.run_pipeline(p, todo, f"{__name__}:pipeline", {"out": str(out), "s": s, "models_dir":
+                               str(models_dir) if models_dir else None}, per_gpu=parallel, gpus=gpus)

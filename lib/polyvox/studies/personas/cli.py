@@ -16,7 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ... import config
+from ... import config, launch
 
 
 def _judge(args):
@@ -68,7 +68,7 @@ def _cmd_judge(args) -> int:
 def _cmd_personas_run(args) -> int:
     from . import pipeline
 
-    out = pipeline.run(args.out, args.scale, args.stages or pipeline.STAGES)
+    out = pipeline.run(args.out, args.scale, args.stages or pipeline.STAGES, parallel=args.parallel, gpus=args.gpus)
     print(f"personas run folder: {out}")
     return 0
 
@@ -137,4 +137,5 @@ def add_commands(subparsers) -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--stages", type=config.names(_stages, "stage"),
                    help="comma-separated subset of router,heads,generate,systems,judge")
+    launch.add_arguments(p)
     p.set_defaults(func=_cmd_personas_run)

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import yaml
 
-from ... import judge, stages
+from ... import judge, launch, stages
 from ...records import KIND_JUDGE, read_manifest
 from . import router as R  # noqa: F401 - the chapters read R.chat_prompt through this module
 from .judging import BY, comparisons, make_judge, rubric_judge, stage_judge  # noqa: F401 - public names
@@ -92,16 +92,19 @@ def pipeline(out: str | Path, s: dict) -> stages.Pipeline:
         if "judge" in todo:
             judge.check_out(out / "judge")
 
-    def setup() -> None:  # under the lock, before the stages: the thread count, the run's copy of its scale
+    def threads() -> None:  # every process that runs a stage (the launcher's workers too)
         import torch
 
         torch.set_num_threads(int(s["generate"].get("threads", 1)))
+
+    def setup() -> None:  # under the lock, before the stages: the thread count, the run's copy of its scale
+        threads()
         tmp = out / "scale.yaml.tmp"
         tmp.write_text(yaml.safe_dump(s, sort_keys=False))
         tmp.replace(out / "scale.yaml")
 
     return stages.Pipeline(stages.KIND_PERSONAS, out, s, _stages(out, s), STAGES, recognise=_recognise,
-                           ignore=RUN_ONLY, checks=[older_scale, judge_folder], setup=setup)
+                           ignore=RUN_ONLY, checks=[older_scale, judge_folder], setup=setup, process_setup=threads)
 
 
 def check(out: str | Path, s: dict, todo=STAGES) -> None:
@@ -109,11 +112,19 @@ def check(out: str | Path, s: dict, todo=STAGES) -> None:
     pipeline(out, s).check(todo)
 
 
-def run(out: str | Path, scale: str | Path = "cpu", todo=STAGES) -> Path:
+def run(out: str | Path, scale: str | Path = "cpu", todo=STAGES, parallel: int | None = None,
+        gpus: list[str] | None = None) -> Path:
     """Every stage of ``todo`` for a scale into ``out``, skipping what is complete (resumable).
 
     Validate first, write second: the stage names, the scale, the root and every stage folder are
     checked before ``out`` is created or its ``scale.yaml`` written; the run holds ``out``'s lock.
+    ``parallel``: the heads (arm × seed) and the other stages as a job graph, that many worker
+    processes per GPU at once (:mod:`polyvox.launch`).
     """
-    pipeline(out, load_scale(scale)).run(todo)
+    s = load_scale(scale)
+    if parallel is None:
+        pipeline(out, s).run(todo)
+    else:
+        launch.run_pipeline(pipeline(out, s), todo, f"{__name__}:pipeline", {"out": str(out), "s": s},
+                            per_gpu=parallel, gpus=gpus)
     return Path(out)

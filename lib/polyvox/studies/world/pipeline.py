@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ... import metrics, runs, stages
+from ... import launch, metrics, runs, stages
 from ...backends import BackendSpec, SamplingParams
 from ...records import KIND_RL, RecordError, RunLock, append_jsonl, read_jsonl, read_manifest
 from ...tasks import load as load_task
@@ -277,7 +277,17 @@ def check(out: str | Path, s: dict, todo=STAGES, seeds=None) -> None:
     pipeline(out, s, seeds).check(todo)
 
 
-def run(out: str | Path, scale: str | Path = "smoke", todo=STAGES, seeds=None) -> Path:
-    """Run the stages ``todo`` into out/, seed by seed, skipping those already complete (resumable)."""
-    pipeline(out, load_scale(scale), seeds).run(todo)
+def run(out: str | Path, scale: str | Path = "smoke", todo=STAGES, seeds=None, parallel: int | None = None,
+        gpus: list[str] | None = None) -> Path:
+    """Run the stages ``todo`` into out/, seed by seed, skipping those already complete (resumable).
+
+    ``parallel``: run the stages as a job graph, that many worker processes per GPU at once
+    (:mod:`polyvox.launch`; under ``torchrun`` each rank takes its share on its own GPU)."""
+    s = load_scale(scale)
+    p = pipeline(out, s, seeds)
+    if parallel is None:
+        p.run(todo)
+    else:
+        launch.run_pipeline(p, todo, f"{__name__}:pipeline", {"out": str(out), "s": s, "seeds": seeds},
+                            per_gpu=parallel, gpus=gpus)
     return Path(out)

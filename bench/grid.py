@@ -1,0 +1,158 @@
+"""Runs per device-minute for Part IV's seed × arm grid: sequential against K concurrent workers on one GPU.
+
+The grid is Part IV's hill-climbs (``hillclimb-panel`` and ``hillclimb-think``, one per RL seed and arm)
+at the recorded H200 scale (configs/world/h200.yaml: 20 GRPO steps of 8 prompts × 8 completions, 256
+tokens, a held-out evaluation every 5 steps), started from the recorded models, seed 0's easy-stage
+adapter and bands (data/models, data/runs/world): what a re-run of Part IV's grid does after its
+first seed. Arms, each into a fresh copy of that starting point, in one process of this script:
+
+- ``sequential``: ``polyvox world run --stages hillclimb-panel,hillclimb-think --seeds …`` (one
+  process, the stages one after another: the path the pipeline took before the launcher);
+- ``K=k``: the same command with ``--parallel k`` (polyvox.launch: one process per run, k at once).
+
+Rate = runs ÷ wall minutes, the wall time of the whole command (process start-up, model loading and the
+launcher's polling included). Each arm runs the grid's first ``--runs-at`` runs (a rate from fewer runs at
+small K, where the runs follow one another anyway). Records: each run's train_log.jsonl and
+heldout_trajectory.jsonl are compared, for the runs two arms share, with the sequential arm's (the
+GPU's nondeterminism: bf16 kernels whose reduction order may vary with concurrent work — none expected,
+since each run is its own process with its own stream). Every arm's wall time and per-run seconds are kept.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+ARMS = ("panel", "think")
+
+
+def base_folder(out: Path, models: Path, world: Path) -> Path:
+    """The starting point: the recorded models, seed 0's panel RL folder and the bands (copied)."""
+    base = out / "base"
+    if (base / "READY").is_file():
+        return base
+    shutil.rmtree(base, ignore_errors=True)
+    (base / "models").mkdir(parents=True)
+    for m in ("tiny-base", "tiny-think"):
+        shutil.copytree(models / m, base / "models" / m)
+    shutil.copy(world / "models" / "manifest.json", base / "models" / "manifest.json")
+    shutil.copytree(world / "seed-0" / "panel-rl", base / "seed-0" / "panel-rl")
+    shutil.copytree(world / "bands", base / "bands")
+    (base / "READY").write_text("")
+    return base
+
+
+def bench_scale(out: Path, seeds: list[int], climb_steps: int | None) -> Path:
+    scale = yaml.safe_load((ROOT / "configs/world/h200.yaml").read_text())
+    scale["seeds"] = [0, *seeds]
+    if climb_steps is not None:
+        scale["rl"]["climb_steps"] = climb_steps
+    path = out / "grid-bench.yaml"
+    path.write_text(yaml.safe_dump(scale, sort_keys=False))
+    return path
+
+
+def run_arm(arm: str, base: Path, out: Path, scale: Path, seeds: list[int]) -> dict:
+    folder = out / arm
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(base, folder)
+    (folder / "READY").unlink()
+    cmd = [sys.executable, "-m", "polyvox.cli", "world", "run", "--out", str(folder), "--scale", str(scale),
+           "--stages", "hillclimb-panel,hillclimb-think", "--seeds", *map(str, seeds)]
+    if arm != "sequential":
+        cmd += ["--parallel", arm.split("=")[1]]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    runs = {f"seed-{k}/hillclimb-{a}": _run_seconds(folder / f"seed-{k}" / f"hillclimb-{a}")
+            for k in seeds for a in ARMS}
+    res = {"arm": arm, "seeds": seeds, "n_runs": len(runs), "wall_s": round(wall, 2),
+           "runs_per_device_minute": round(len(runs) / (wall / 60), 3), "run_seconds": runs,
+           "returncode": proc.returncode}
+    if proc.returncode != 0:
+        res["stderr_tail"] = proc.stderr[-3000:]
+    print(f"{arm}: {len(runs)} runs in {wall:.1f} s = {res['runs_per_device_minute']} runs/min "
+          f"(exit {proc.returncode})", flush=True)
+    return res
+
+
+def _run_seconds(folder: Path) -> float | None:
+    path = folder / "stage.json"
+    return json.loads(path.read_text()).get("seconds") if path.is_file() else None
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
+
+
+def compare(a: Path, b: Path, runs: list[str]) -> dict:
+    """Per shared run: rows equal in every logged number but time, and the largest absolute difference."""
+    skip = {"time_s", "fastgen_refresh_s", "fastgen_generate_s", "seconds", "elapsed_s"}
+    out = {}
+    for run in runs:
+        for log in ("train_log.jsonl", "heldout_trajectory.jsonl"):
+            ra, rb = _lines(a / run / log), _lines(b / run / log)
+            diffs, equal = [], 0
+            for x, y in zip(ra, rb):
+                keys = [k for k in x if k not in skip and isinstance(x[k], (int, float)) and not isinstance(x[k], bool)]
+                d = [abs(float(x[k]) - float(y.get(k, float("nan")))) for k in keys]
+                diffs += d
+                equal += all(v == 0 for v in d)
+            out[f"{run}/{log}"] = {"rows": [len(ra), len(rb)], "rows_equal": equal,
+                                   "max_abs_diff": max(diffs) if diffs else None}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="scratch folder for the arms' run folders")
+    ap.add_argument("--json", default=str(ROOT / "bench/results/grid-h200.json"))
+    ap.add_argument("--models", default=str(ROOT / "data/models"))
+    ap.add_argument("--world", default=str(ROOT / "data/runs/world"))
+    ap.add_argument("--seeds", type=int, default=4, help="RL seeds 1..N (× 2 arms = the grid's runs)")
+    ap.add_argument("--ks", default="1,2,4,8")
+    ap.add_argument("--order", default=None, help="arm order, e.g. K=8,sequential,K=2,... (default: interleaved)")
+    ap.add_argument("--runs-at", default="sequential:4,K=1:4,K=2:4", help="arm:runs for arms that run fewer")
+    ap.add_argument("--climb-steps", type=int, default=None, help="override the scale's climb steps (default: h200's)")
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    seeds = list(range(1, a.seeds + 1))
+    base = base_folder(out, Path(a.models), Path(a.world))
+    scale = bench_scale(out, seeds, a.climb_steps)
+    ks = [int(k) for k in a.ks.split(",")]
+    arms = a.order.split(",") if a.order else ["sequential", *[f"K={k}" for k in reversed(ks)]]
+    fewer = dict(x.split(":") for x in a.runs_at.split(",") if x)
+    results = []
+    for arm in arms:
+        n = int(fewer.get(arm, len(seeds) * len(ARMS)))
+        results.append(run_arm(arm, base, out, scale, seeds[: max(1, n // len(ARMS))]))
+    seq = next(r for r in results if r["arm"] == "sequential")
+    for r in results:
+        r["ratio_vs_sequential"] = round(r["runs_per_device_minute"] / seq["runs_per_device_minute"], 3)
+        shared = [k for k in seq["run_seconds"] if k in r["run_seconds"]]
+        if r["arm"] != "sequential":
+            r["records_vs_sequential"] = compare(out / "sequential", out / r["arm"], shared)
+    best = max((r for r in results if r["arm"] != "sequential"), key=lambda r: r["runs_per_device_minute"])
+    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+                         capture_output=True, text=True).stdout.strip() if shutil.which("nvidia-smi") else None
+    doc = {"bench": "grid", "what": "Part IV hill-climb grid (seed × arm), runs per device-minute", "gpu": gpu,
+           "scale": yaml.safe_load(scale.read_text()), "rounds": [results],
+           "best": {"arm": best["arm"], "ratio_vs_sequential": best["ratio_vs_sequential"]},
+           "target": ">= 4x sequential at the best K", "cpu_count": os.cpu_count()}
+    Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.json).write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"best: {best['arm']} at {best['ratio_vs_sequential']}x sequential; written {a.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,360 @@
+"""Many runs at once: a study pipeline's stages run K at a time on each GPU of one host.
+
+Parts II–IV run grids of small independent runs (RL seeds × arms, heads × seeds), each of which
+uses a sliver of an H200. The launcher runs them concurrently:
+
+Algorithm. The jobs are a :class:`polyvox.stages.Pipeline`'s stages, one folder each; a job waits
+for the jobs whose folders it reads (:meth:`~polyvox.stages.Pipeline.graph`). Each job runs in a
+process of its own (``python -m polyvox.launch JOB``: it rebuilds the pipeline from its factory and
+runs that one stage under the stage folder's lock, :meth:`~polyvox.stages.Pipeline.run_stage`),
+``per_gpu`` processes at a time on each GPU (``CUDA_VISIBLE_DEVICES`` names one GPU per worker), ready
+jobs started in the pipeline's order. The launcher itself holds the root's lock and writes the root
+manifest (it runs inside :meth:`Pipeline.run <polyvox.stages.Pipeline.run>`), so a folder still has
+one writer: the root by the launcher, each stage folder by its one worker.
+
+Several GPUs. Under ``torchrun --nproc_per_node G`` (or ``accelerate launch``), rank r runs the jobs
+at positions ≡ r (mod G) of the pipeline's order on its local GPU, K at a time; ranks meet in two
+barriers (gloo, so the same code runs on CPU) and see one another's jobs through the stage records
+on the shared disk and each rank's ``launch/rank-<r>.json`` (one writer each). Rank 0 holds the
+root's lock and writes the root manifest; the other ranks take no lock and write only their own file.
+
+Departures from a plain process pool: a failed job does not stop the others, only the jobs that
+read its folder (reported ``skipped``); an interrupted launch (Ctrl-C, SIGTERM) stops its workers,
+and a rerun resumes, since each stage is resumable and complete stages are skipped. A worker's output
+goes to ``launch/rank-<r>/<job>.log`` under the run folder.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .statuses import RunStatus
+
+LAUNCH_DIR = "launch"  # under a pipeline's root folder: the launcher's status files and worker logs
+POLL_S = 0.2
+
+
+@dataclass
+class Job:
+    """One process to run: ``name`` (unique; a stage folder), ``argv``, and the jobs it runs ``after``."""
+    name: str
+    argv: list[str]
+    after: tuple[str, ...] = ()
+
+
+@dataclass
+class JobResult:
+    name: str
+    status: str  # RunStatus.COMPLETE / FAILED / INTERRUPTED, or "skipped" (a job it reads failed)
+    seconds: float | None = None
+    gpu: str | None = None
+    returncode: int | None = None
+    log: str | None = None
+    rank: int = 0
+
+
+SKIPPED = "skipped"
+
+
+@dataclass
+class Placement:
+    """Where this process's jobs run: its rank among ``world`` launchers, and its GPUs (None: CPU)."""
+    rank: int = 0
+    world: int = 1
+    gpus: list[str] | None = None
+    per_gpu: int = 1
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def slots(self) -> list[str | None]:
+        return [g for g in (self.gpus or [None]) for _ in range(self.per_gpu)]
+
+
+def visible_gpus() -> list[str] | None:
+    """The GPUs this process may use (``CUDA_VISIBLE_DEVICES``, else every device torch sees), None on CPU."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        ids = [g.strip() for g in env.split(",") if g.strip() and g.strip() != "-1"]
+        return ids or None
+    try:
+        import torch
+
+        n = torch.cuda.device_count()
+    except Exception:  # noqa: BLE001 - no CUDA build: the CPU
+        return None
+    return [str(i) for i in range(n)] or None
+
+
+def placement(per_gpu: int, gpus: list[str] | None = None) -> Placement:
+    """This process's placement: under torchrun/accelerate (``WORLD_SIZE`` > 1) the rank's local GPU."""
+    if per_gpu < 1:
+        raise ValueError(f"--parallel must be at least 1, got {per_gpu}")
+    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    gpus = visible_gpus() if gpus is None else list(gpus)
+    if world > 1 and gpus:
+        local = int(os.environ.get("LOCAL_RANK", rank))
+        gpus = [gpus[local % len(gpus)]]
+    return Placement(rank, world, gpus, per_gpu)
+
+
+def _log_name(name: str) -> str:
+    return name.replace("/", "__") + ".log"
+
+
+def run_jobs(jobs: list[Job], where: Placement, logs: Path, *, done: Callable[[str], bool] = lambda name: False,
+             others: Callable[[], dict[str, str]] = dict, report: Callable[[list[JobResult]], None] | None = None,
+             progress: bool = True, log_root: Path | None = None) -> list[JobResult]:
+    """Run ``jobs``, K per GPU slot of ``where``, each once the jobs it runs ``after`` are complete.
+
+    An ``after`` that is not among ``jobs`` is run elsewhere (another rank, an earlier launch): its state
+    comes from ``done(name)`` (complete on disk) and ``others()`` (name → status of other ranks' finished
+    jobs), so a job whose input failed elsewhere is skipped. ``report`` receives the results after each
+    change (the rank's status file). Results come back in the order of ``jobs``."""
+    names = [j.name for j in jobs]
+    if len(set(names)) != len(names):
+        raise ValueError("job names must be unique")
+    mine = list(jobs)
+    results: dict[str, JobResult] = {}
+    running: dict[str, tuple[subprocess.Popen, float, str | None, object]] = {}
+    free = list(where.slots)
+    logs.mkdir(parents=True, exist_ok=True)
+    total, t_start = len(mine), time.time()
+
+    def state_of(name: str) -> str | None:  # complete / failed / skipped / None (not finished)
+        if name in results:
+            return results[name].status
+        if done(name):
+            return RunStatus.COMPLETE
+        return others().get(name)
+
+    def finish(res: JobResult) -> None:
+        results[res.name] = res
+        if report is not None:
+            report(list(results.values()))
+        if progress:
+            took = f" in {res.seconds:.1f} s" if res.seconds is not None else ""
+            on = f" (gpu {res.gpu})" if res.gpu is not None else ""
+            print(f"[{len(results)}/{total}] {res.name}: {res.status}{took}{on}", flush=True)
+
+    try:
+        while len(results) < total:
+            for j in mine:
+                if j.name in results or j.name in running or not free:
+                    continue
+                states = [state_of(a) for a in j.after]
+                if any(s in (RunStatus.FAILED, RunStatus.INTERRUPTED, SKIPPED) for s in states):
+                    finish(JobResult(j.name, SKIPPED, rank=where.rank))
+                    continue
+                if any(s != RunStatus.COMPLETE for s in states):
+                    continue
+                gpu = free.pop(0)
+                env = dict(os.environ)
+                if gpu is not None:
+                    env["CUDA_VISIBLE_DEVICES"] = gpu
+                for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                            "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_RUN_ID"):
+                    env.pop(var, None)  # a worker is a one-process run, whatever launched the launcher
+                log = open(logs / _log_name(j.name), "w", encoding="utf-8")
+                proc = subprocess.Popen(j.argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                        start_new_session=True)
+                running[j.name] = (proc, time.time(), gpu, log)
+            for name, (proc, t0, gpu, log) in list(running.items()):
+                rc = proc.poll()
+                if rc is None:
+                    continue
+                log.close()
+                del running[name]
+                free.append(gpu)
+                status = RunStatus.COMPLETE if rc == 0 else RunStatus.FAILED
+                # the log's path relative to the run folder (launch/rank-<r>/<job>.log): a run folder moves whole
+                log_path = logs / _log_name(name)
+                shown = os.path.relpath(log_path, log_root) if log_root is not None else str(log_path)
+                finish(JobResult(name, status, round(time.time() - t0, 2), gpu, rc, shown, where.rank))
+            if len(results) < total:
+                time.sleep(POLL_S)
+    except BaseException:
+        _stop(running)
+        for name, (_p, t0, gpu, _log) in running.items():
+            results[name] = JobResult(name, RunStatus.INTERRUPTED, round(time.time() - t0, 2), gpu, rank=where.rank)
+        if report is not None:
+            report(list(results.values()))
+        raise
+    if progress:
+        print(f"rank {where.rank}: {total} jobs in {time.time() - t_start:.1f} s", flush=True)
+    return [results[j.name] for j in mine]
+
+
+def _stop(running: dict) -> None:
+    """SIGTERM every worker's process group, then SIGKILL what is left after 10 s."""
+    for proc, *_ in running.values():
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.time() + 10
+    for proc, *_rest, log in running.values():
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
+def worker_argv(factory: str, kwargs: dict, folder: str) -> list[str]:
+    """The command that runs the stage at ``folder`` of the pipeline ``factory(**kwargs)`` (JSON values)."""
+    spec = json.dumps({"factory": factory, "kwargs": kwargs, "folder": folder}, sort_keys=True)
+    return [sys.executable, "-m", "polyvox.launch", spec]
+
+
+def run_pipeline(pipeline, names, factory: str, kwargs: dict, per_gpu: int = 1, gpus: list[str] | None = None,
+                 progress: bool = True) -> dict[str, float | None]:
+    """Run ``pipeline``'s stages ``names`` with K = ``per_gpu`` workers per GPU (see the module docstring).
+
+    ``factory`` ("module:function") and ``kwargs`` rebuild the same pipeline in each worker. Returns seconds
+    per stage folder; raises when a job failed (after every job that could run has run)."""
+    where = placement(per_gpu, gpus)
+    root = Path(pipeline.out) / LAUNCH_DIR
+    todo = pipeline.todo(names)
+    # every rank validates; rank 0 alone takes the root lock and writes the root manifest
+    pipeline.check(todo)
+    dist = _group(where)
+
+    def execute(p, todo) -> dict:
+        graph = p.graph(todo)
+        jobs = [Job(folder, worker_argv(factory, kwargs, folder), after) for folder, after in graph]
+        _barrier(dist)  # the root manifest is written: the other ranks may start
+        results = _run_rank(p, jobs, where, root, progress)
+        _barrier(dist)
+        everything = _gather(dist, results)
+        return _finish(p, everything)
+
+    if where.rank == 0:
+        return pipeline.run(todo, execute=execute)
+    _barrier(dist)
+    results = _run_rank(pipeline, [Job(f, worker_argv(factory, kwargs, f), a) for f, a in pipeline.graph(todo)],
+                        where, root, progress)
+    _barrier(dist)
+    _gather(dist, results)
+    return {r.name: r.seconds for r in results}
+
+
+def _run_rank(p, jobs, where: Placement, root: Path, progress: bool) -> list[JobResult]:
+    status = root / f"rank-{where.rank}.json"
+
+    def done(name: str) -> bool:
+        return p.state(p.stage_at(name)) == "done"
+
+    def others() -> dict[str, str]:
+        seen = {}
+        for f in root.glob("rank-*.json"):
+            if f != status:
+                try:
+                    seen.update({r["name"]: r["status"] for r in json.loads(f.read_text())["jobs"]})
+                except (OSError, ValueError, KeyError, TypeError):
+                    pass  # being replaced: read again at the next poll
+        return seen
+
+    def report(results: list[JobResult]) -> None:
+        tmp = status.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps({"rank": where.rank, "gpus": where.gpus, "per_gpu": where.per_gpu,
+                                   "jobs": [asdict(r) for r in results]}, indent=1, default=str) + "\n")
+        os.replace(tmp, status)
+
+    root.mkdir(parents=True, exist_ok=True)
+    report([])
+    # positions in the full list, so that every rank agrees on who runs what; complete stages are
+    # not relaunched (a job after one of them finds it complete through done())
+    share = [j for i, j in enumerate(jobs) if i % where.world == where.rank and not done(j.name)]
+    return run_jobs(share, where, root / f"rank-{where.rank}", done=done, others=others, report=report,
+                    progress=progress, log_root=Path(p.out))
+
+
+def _finish(p, results: list[JobResult]) -> dict[str, float | None]:
+    """Seconds per stage folder; one line naming each failed job and its log, then an error, when any failed."""
+    bad = [r for r in results if r.status != RunStatus.COMPLETE]
+    for r in bad:
+        where = f": see {Path(p.out) / r.log}" if r.log else ""
+        print(f"{r.name}: {r.status}{where}", file=sys.stderr, flush=True)
+    if bad:
+        failed = sum(r.status == RunStatus.FAILED for r in bad)
+        raise RuntimeError(f"{failed} job(s) failed and {len(bad) - failed} did not run; the complete stages stay "
+                           "(run the same command again to resume)")
+    times = {r.name: r.seconds for r in results}
+    return {st.folder.relative_to(p.out).as_posix(): times.get(st.folder.relative_to(p.out).as_posix())
+            for st in p.stages if st.folder.relative_to(p.out).as_posix() in times}
+
+
+def _group(where: Placement):
+    """torch.distributed's default group over the ranks (gloo: it runs on CPU too), None for one rank."""
+    if where.world == 1:
+        return None
+    import datetime
+
+    import torch.distributed as dist
+
+    if not dist.is_initialized():  # a grid may run for hours between its two barriers
+        dist.init_process_group("gloo", timeout=datetime.timedelta(days=7))
+    return dist
+
+
+def _barrier(dist) -> None:
+    if dist is not None:
+        dist.barrier()
+
+
+def _gather(dist, results: list[JobResult]) -> list[JobResult]:
+    if dist is None:
+        return results
+    everything: list = [None] * dist.get_world_size()
+    dist.all_gather_object(everything, [asdict(r) for r in results])
+    return [JobResult(**r) for part in everything for r in part]
+
+
+def _worker(spec_text: str) -> int:
+    """One job: rebuild the pipeline from its factory and run the one stage (see :func:`worker_argv`)."""
+    import importlib
+
+    spec = json.loads(spec_text)
+    module, _, name = spec["factory"].partition(":")
+    pipeline = getattr(importlib.import_module(module), name)(**spec["kwargs"])
+    seconds = pipeline.run_stage(spec["folder"])
+    print(f"{spec['folder']}: done ({seconds} s)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_worker(sys.argv[1]))
+
+
+def gpu_list(text: str) -> list[str]:
+    """``--gpus 0,1``: GPU indices, as CUDA_VISIBLE_DEVICES takes them."""
+    ids = [t.strip() for t in text.split(",")]
+    if not ids or any(not t.isdigit() for t in ids):
+        raise ValueError(f"--gpus takes comma-separated GPU indices (e.g. 0,1), got {text!r}")
+    return ids
+
+
+def add_arguments(parser) -> None:
+    """``--parallel K`` and ``--gpus``, the same for every pipeline command."""
+    import argparse
+
+    from .config import integer
+
+    def gpus(text: str) -> list[str]:
+        try:
+            return gpu_list(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parser.add_argument("--parallel", type=integer(1), default=None, metavar="K",
+                        help="run the stages as a job graph, K worker processes per GPU at once (polyvox.launch); "
+                             "under torchrun each rank takes its share on its own GPU")
+    parser.add_argument("--gpus", type=gpus, default=None, help="with --parallel: the GPUs to use (default: all visible)")
