@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..statuses import Choice, Outcome
 from .judges import Judge
 from .records import _calls, call_key, check_out, load_cache, pairs, parse_side
 
@@ -22,26 +23,26 @@ def outcomes(a_spec: str, b_spec: str, out: str | Path, judge: Judge) -> "pd.Dat
         labels = {k: v for k, v in p.row.items() if k not in ("responses", "prompt") and isinstance(v, (str, int, float))}
         base = {**labels, "prompt_id": p.prompt_id, "words_a": len(p.a.split()), "words_b": len(p.b.split())}
         if p.a == p.b:
-            rows.append({**base, "outcome": "T", "ab": "identical", "ba": "identical"})
+            rows.append({**base, "outcome": Outcome.TIE, "ab": "identical", "ba": "identical"})
             continue
         ab, ba = (cache.get(call_key(ident, c)) for c in _calls(p))
         if ab is None or ba is None:
-            rows.append({**base, "outcome": "M", "ab": None, "ba": None})
+            rows.append({**base, "outcome": Outcome.MISSING, "ab": None, "ba": None})
             continue
         x, y = ab["choice"], ba["choice"]
-        if "unparseable" in (x, y):
-            outcome = "U"
-        elif x == "A" and y == "B":
-            outcome = "W"
-        elif x == "B" and y == "A":
-            outcome = "L"
+        if Choice.UNPARSEABLE in (x, y):
+            outcome = Outcome.UNPARSEABLE
+        elif x == Choice.A and y == Choice.B:  # A preferred in both orders
+            outcome = Outcome.WIN
+        elif x == Choice.B and y == Choice.A:
+            outcome = Outcome.LOSS
         else:
-            outcome = "T"
+            outcome = Outcome.TIE
         rows.append({**base, "outcome": outcome, "ab": x, "ba": y})
     return pd.DataFrame(rows)
 
 
-SCORE = {"W": 1.0, "T": 0.5, "L": 0.0}
+SCORE = {Outcome.WIN: 1.0, Outcome.TIE: 0.5, Outcome.LOSS: 0.0}
 
 
 def cluster_bootstrap_ci(values, groups, n_boot: int = 2000, alpha: float = 0.05,
