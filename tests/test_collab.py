@@ -134,6 +134,32 @@ def test_run_writes_records_and_manifest_and_refuses_other_settings(tmp_path):
         scheduler.run(tmp_path / "r", [q(i) for i in range(3)], sc, {"system": "y"})
 
 
+
+def test_recorded_trajectories_are_typed_records(tmp_path):
+    """A trajectories line is read as scheduler.TrajectoryRecord (turns: TurnRecord), strictly: a bad field,
+    a turn without its text, an unfinished or miscounted record is an error naming file, line and field."""
+    from polyvox.records import RecordError
+
+    sc = scheduler.Scheduler(pool(lambda a, p, i: format_turn("r", "7", "stop")), "small")
+    out = scheduler.run(tmp_path / "r", [q(i) for i in range(2)], sc, {"system": "x"})
+    path = out / scheduler.TRAJECTORIES
+    good = path.read_text().splitlines()
+    rec = scheduler.read_record(json.loads(good[0]))
+    assert rec.status == scheduler.TrajectoryStatus.CONFIRMED == "confirmed" and rec.n_turns == 1
+    for change, message in [(lambda r: r.update(status="done"), "status"),
+                            (lambda r: r.update(n_turns="1"), "n_turns"),
+                            (lambda r: r["turns"][0].pop("text"), "turns[0]: missing field 'text'"),
+                            (lambda r: r.update(status="open"), "unfinished"),
+                            (lambda r: r.update(n_turns=2), "n_turns 2 but 1 turns"),
+                            (lambda r: r.pop("id"), "'id'")]:
+        bad = json.loads(good[1])
+        change(bad)
+        path.write_text(good[0] + "\n" + json.dumps(bad) + "\n")
+        with pytest.raises(RecordError, match=r"trajectories.jsonl:2: .*" + message.replace("[", r"\[")):
+            scheduler.load(out)
+        with pytest.raises(RecordError, match="trajectories.jsonl:2"):
+            scheduler.run(out, [q(i) for i in range(2)], sc, {"system": "x"})
+
 KILL_SCRIPT = """
 import sys, time
 sys.path.insert(0, {lib!r})

@@ -80,3 +80,20 @@ def test_user_bootstrap_widens_the_recorded_head_to_head():
 def test_head_training_reads_every_head():
     h = A.head_training(RUN, ARMS, SEEDS)
     assert len(h) == 24 and h["validation"].between(0, 2).all()
+
+
+@pytest.mark.skipif(not (RUN / "gen").exists(), reason="recorded run not shipped")
+def test_correctness_by_the_task_grader_is_the_rubric_point_on_every_recorded_answer():
+    """A.correct grades through runs.grade_completions with the personas task's grader; on every answer of
+    every generation unit it agrees with the rubric's correctness point (world.final_integer)."""
+    from polyvox import runs, tasks
+    from polyvox.studies.personas import world as pw
+
+    gold = {p.id: p.gold for p in tasks.load("personas", None, split="test", n_users=128, per_user=4, seed=0)}
+    texts, golds = [], []
+    for folder in sorted(p for p in (RUN / "gen").iterdir() if (p / runs.ROLLOUTS).exists()):
+        for s in runs.load(folder).samples:
+            texts.append(s.completion)
+            golds.append(gold[s.problem_id])
+    assert len(texts) > 5000
+    assert A.correct(texts, golds) == [pw.final_integer(t) == g for t, g in zip(texts, golds)]

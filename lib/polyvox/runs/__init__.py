@@ -36,7 +36,9 @@ timeout, ungradable, no answer), and a run whose ungradable share passes
 The API (one module each): :mod:`.folder` (file names, :func:`find_runs`), :mod:`.sample`
 (:func:`sample`, :func:`sample_seed`), :mod:`.merge`, :mod:`.plan` (grading's read-only checks),
 :mod:`.grade` (:func:`grade`, ``write=False`` for in-memory grades; :func:`grade_samples`;
-:func:`grade_completions`, the one call every grade goes through), :mod:`.load` (:func:`load` → a
+:func:`grade_completions`, the one call every grade goes through, ``bare=True`` for answers already
+projected), :mod:`.texts` (:func:`sample_texts`: :func:`sample`'s requests and records in memory, no
+folder: validation scores during training, the collaboration's turns), :mod:`.load` (:func:`load` → a
 :class:`Run`: manifest and records; :func:`load_problems`; :func:`graded_samples`;
 :func:`per_problem_counts`) and :mod:`.trace` (:func:`split_trace`: a completion's reasoning and
 final answer; :func:`format_ok`) and :mod:`.summary` (:func:`summarize`: the one-screen summary the
@@ -50,10 +52,11 @@ from .load import Run, graded_samples, load, load_problems, per_problem_counts
 from .merge import merge
 from .sample import SAMPLE_RULES, check_sample_args, problem_digests, sample, sample_seed
 from .summary import RunSummary, summarize, summary_lines
+from .texts import sample_texts
 from .trace import format_ok, split_trace
 
 __all__ = ["DEFAULT_MAX_UNGRADABLE", "GRADED", "MANIFEST", "ROLLOUTS", "Run", "SAMPLE_RULES", "STATUSES",
            "check_out_folder", "check_sample_args", "check_settings", "find_runs", "format_ok", "grade",
            "grade_completions", "grade_samples", "graded_samples", "is_run", "load", "load_problems", "merge",
-           "per_problem_counts", "problem_digests", "RunSummary", "sample", "sample_seed", "split_trace", "summarize",
-           "summary_lines"]
+           "per_problem_counts", "problem_digests", "RunSummary", "sample", "sample_seed", "sample_texts",
+           "split_trace", "summarize", "summary_lines"]

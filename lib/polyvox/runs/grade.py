@@ -23,17 +23,23 @@ STATUSES = ("ok", "timeout", "ungradable", "no_answer")
 
 
 def grade_completions(grader: str, completions, golds, options: grading.GradeOptions | dict | None = None,
-                      workers: int | None = None) -> list[grading.Grade]:
+                      workers: int | None = None, bare: bool = False) -> list[grading.Grade]:
     """Grade completions against golds with the grader named ``grader`` (a task's ``grader``) and its
     ``options`` (a task's ``grade_options`` or :class:`~polyvox.grading.GradeOptions`); nothing is written.
 
     math runs in worker processes with a per-item deadline (``workers``: their number, default up to 8;
     never more than the items nor than twice the machine's CPUs, whatever is asked);
     a grader that raises is a :class:`~polyvox.grading.GradingError` naming the item's index.
+
+    ``bare``: each completion is an answer already (a collaboration's projected answer, or a reply read
+    whole, as the persona study reads its last number), graded as the body of an ``<answer>`` block;
+    ``None`` is an empty answer.
     """
     if isinstance(options, dict):
         options = grading.GradeOptions(**options)
     completions, golds = list(completions), list(golds)
+    if bare:
+        completions = [f"<answer>{c or ''}</answer>" for c in completions]
     if workers is not None:
         workers = max(1, min(workers, len(completions), (os.cpu_count() or 1) * 2))
     return grading.grade_many(grader, completions, golds, workers=workers, options=options)

@@ -18,10 +18,13 @@ Departure: the study counts protocol turns; here every model call, retries inclu
 counts toward ``t_max``, so a run's cost is bounded by ``t_max`` calls per question.
 
 Agents are backends of the one sampling layer (:func:`polyvox.backends.make_backend`):
-in-process transformers, or any OpenAI-compatible endpoint; prompts go through
+in-process transformers, or any OpenAI-compatible endpoint. Every turn is sampled by
+:func:`polyvox.runs.sample_texts`, as :func:`polyvox.runs.sample` samples: the prompt is
 ``backend.prompt(fmt, state)`` (default ``think``: the model's chat template, which an
-OpenAI-compatible server applies itself). Questions advance in lock-step: each round,
-the pending turns of all open questions are grouped by agent and sent as one batch.
+OpenAI-compatible server applies itself) and the seed :func:`polyvox.runs.sample_seed` of
+(seed, question id, turn index), so a retry (a new turn) has a fresh seed. Questions advance in
+lock-step: each round, the pending turns of all open questions are grouped by agent and sent as
+one batch.
 
 Records: :func:`run` (and :func:`run_solo`: one model alone, one turn per question) writes one
 trajectory per question to ``trajectories.jsonl`` with a ``manifest.json`` of settings (kind
@@ -29,7 +32,9 @@ trajectory per question to ``trajectories.jsonl`` with a ``manifest.json`` of se
 ids, a torn last line is cut, and a folder holding another run's settings or another kind of run
 is refused before anything is written — so a killed run loses only unfinished questions and never
 duplicates one. One writer per folder
-(:class:`polyvox.records.RunLock`).
+(:class:`polyvox.records.RunLock`). A recorded line is read back as a typed record
+(:class:`TrajectoryRecord`, its turns :class:`TurnRecord`, checked strictly by
+:func:`polyvox.records.from_dict`): a malformed one is an error naming file, line and field.
 A backend that still fails after its own bounded retries stops the run with one line
 naming the agent (:class:`AgentError`).
 """
@@ -39,11 +44,16 @@ import hashlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
-from ...backends.base import Request, SamplingParams
-from ...records import (Problem, RecordError, RunLock, append_jsonl, iter_jsonl, now_iso, read_jsonl,
+import pydantic
+
+from ... import runs
+from ...backends.base import SamplingParams
+from ...records import (Problem, RecordError, RunLock, append_jsonl, from_dict, iter_jsonl, now_iso,
                         repair_truncated_tail, write_manifest)
 from ...stages import KIND_TRAJECTORIES, check_kind, foreign_files
+from ...statuses import StrEnum
 from .protocol import parse_turn, state_prompt
 
 TRAJECTORIES = "trajectories.jsonl"
@@ -54,6 +64,62 @@ class AgentError(RuntimeError):
     """An agent's backend failed after its retries; the message is one line naming the agent."""
 
 
+class TrajectoryStatus(StrEnum):
+    """``status`` of a trajectory (a :class:`polyvox.statuses` enum: each member is its string)."""
+    OPEN = "open"  # in memory only: still running
+    CONFIRMED = "confirmed"  # an agent stopped with a tentative answer (a solo run: it gave one)
+    T_MAX = "t_max"  # t_max turns without a confirmation
+    NO_ANSWER = "no_answer"  # a solo run's reply without an answer
+
+
+@dataclass
+class TurnRecord:
+    """One turn of a recorded trajectory (one model call)."""
+    agent: str
+    attempt: int
+    prompt_tokens: int
+    completion_tokens: int
+    answer: str | None
+    action: str | None
+    target: str | None
+    note: str
+    violation: str | None
+    forced_handoff: str | None
+    latency_s: float
+    text: str
+
+
+@dataclass
+class TrajectoryRecord:
+    """A line of ``trajectories.jsonl``: one finished question; ``turns`` are :class:`TurnRecord` s."""
+    id: str
+    question: str
+    gold: str
+    first: str
+    status: Annotated[TrajectoryStatus, pydantic.Strict(False)]
+    final: str | None
+    n_turns: int
+    turns: list[dict]
+    metadata: dict = field(default_factory=dict)
+
+
+def read_record(obj, path: Path | str = "<memory>", line: int | None = None) -> TrajectoryRecord:
+    """A recorded trajectory checked as :class:`TrajectoryRecord` and each turn as :class:`TurnRecord`
+    (strictly, :func:`polyvox.records.from_dict`); a finished one whose ``n_turns`` counts its turns, else a
+    :class:`~polyvox.records.RecordError` naming path, line and field."""
+    rec = from_dict(TrajectoryRecord, obj, path, line)
+    for k, turn in enumerate(rec.turns):
+        try:
+            from_dict(TurnRecord, turn)
+        except RecordError as exc:
+            raise RecordError(path, line, f"turns[{k}]: {str(exc).split(': ', 1)[1]}") from None
+    if rec.status == TrajectoryStatus.OPEN:
+        raise RecordError(path, line, f"question {rec.id!r} is recorded unfinished (status 'open')")
+    if rec.n_turns != len(rec.turns):
+        raise RecordError(path, line, f"question {rec.id!r}: n_turns {rec.n_turns} but {len(rec.turns)} turns")
+    return rec
+
+
 @dataclass
 class Trajectory:
     id: str
@@ -61,7 +127,7 @@ class Trajectory:
     gold: object
     first: str
     turns: list = field(default_factory=list)
-    status: str = "open"  # open | confirmed | t_max
+    status: TrajectoryStatus = TrajectoryStatus.OPEN  # open | confirmed | t_max
     final: str | None = None  # the confirmed answer (None unless status is confirmed)
     metadata: dict = field(default_factory=dict)
     next_agent: str | None = None
@@ -73,9 +139,23 @@ class Trajectory:
                 "turns": self.turns, "metadata": self.metadata}
 
 
-def turn_seed(seed: int, qid: str, turn: int) -> int:
-    h = hashlib.sha256(f"{seed}|{qid}|{turn}".encode()).digest()
-    return int.from_bytes(h[:4], "little") & 0x7FFFFFFF
+class _Agent:
+    """An agent's backend whose failure (after the backend's own retries) is one line naming the agent."""
+
+    def __init__(self, name: str, backend):
+        self.agent, self.backend, self.name = name, backend, getattr(backend, "name", "?")
+
+    def prompt(self, fmt: str, text: str):
+        return self.backend.prompt(fmt, text)
+
+    def generate(self, reqs, params):
+        try:
+            return self.backend.generate(reqs, params)
+        except Exception as exc:  # noqa: BLE001 - any backend failure after its own retries
+            ident = getattr(self.backend, "identity", lambda: {})()
+            where = ident.get("base_url") or ident.get("model") or "?"
+            msg = " ".join(str(exc).split())[:200]
+            raise AgentError(f"agent {self.agent} ({where}) failed after retries: {msg}") from None
 
 
 class Scheduler:
@@ -83,10 +163,14 @@ class Scheduler:
                  params: SamplingParams | None = None, fmt: str = "think", seed: int = 0, history_window: int = 4):
         if first not in agents:
             raise ValueError(f"first agent {first!r} is not in the pool {sorted(agents)}")
+        if fmt == "panel":  # its stop string (</answer>) would cut every turn before its action
+            raise ValueError("the scheduler's turns end with an action after the answer: use the think or plain "
+                             "format, not panel")
         self.agents, self.names = agents, tuple(agents)
         self.first, self.t_max, self.max_retries = first, t_max, max_retries
         self.params = params or SamplingParams(96, 0.0)
         self.fmt, self.seed, self.window = fmt, seed, history_window
+        runs.check_sample_args(fmt, 1, self.params, None, 0, 1, 1, seed)
 
     def start(self, p: Problem) -> Trajectory:
         return Trajectory(p.id, p.text, p.gold, self.first, metadata=dict(p.metadata), next_agent=self.first)
@@ -95,31 +179,22 @@ class Scheduler:
         i = self.names.index(agent)
         return self.names[(i + 1) % len(self.names)] if len(self.names) > 1 else agent
 
-    def _generate(self, name: str, reqs: list[Request]):
-        try:
-            return self.agents[name].generate(reqs, self.params)
-        except Exception as exc:  # noqa: BLE001 - any backend failure after its own retries
-            ident = getattr(self.agents[name], "identity", lambda: {})()
-            where = ident.get("base_url") or ident.get("model") or "?"
-            msg = " ".join(str(exc).split())[:200]
-            raise AgentError(f"agent {name} ({where}) failed after retries: {msg}") from None
-
     def step(self, open_: list[Trajectory]) -> None:
-        """One round: every open trajectory's next turn, batched per agent."""
+        """One round: every open trajectory's next turn, batched per agent, sampled by
+        :func:`polyvox.runs.sample_texts` (sample index: the turn's index in its trajectory)."""
         by_agent: dict[str, list[Trajectory]] = {}
         for t in open_:
             by_agent.setdefault(t.next_agent, []).append(t)
         for name, group in by_agent.items():
-            backend = self.agents[name]
-            prompts = [backend.prompt(self.fmt, state_prompt(t.question, self.names, name,
-                                                             t.turns[-self.window:] if self.window else []))
-                       for t in group]
-            reqs = [Request.of(pr, turn_seed(self.seed, t.id, len(t.turns))) for pr, t in zip(prompts, group)]
+            states = [Problem(t.id, state_prompt(t.question, self.names, name,
+                                                 t.turns[-self.window:] if self.window else []), str(t.gold))
+                      for t in group]
             t0 = time.perf_counter()
-            comps = self._generate(name, reqs)
+            samples = runs.sample_texts(_Agent(name, self.agents[name]), self.fmt, states, self.params, self.seed,
+                                        indices=[len(t.turns) for t in group])
             wall = (time.perf_counter() - t0) / max(1, len(group))
-            for t, c in zip(group, comps):
-                self.advance(t, name, c.text, c.prompt_tokens, c.completion_tokens, c.latency_s or wall)
+            for t, x in zip(group, samples):
+                self.advance(t, name, x.completion, x.prompt_tokens, x.completion_tokens, x.latency_s or wall)
 
     def advance(self, t: Trajectory, name: str, text: str, prompt_tokens: int, completion_tokens: int,
                 latency_s: float) -> None:
@@ -130,7 +205,7 @@ class Scheduler:
                "forced_handoff": None, "latency_s": round(float(latency_s), 4), "text": text}
         t.turns.append(rec)
         if turn.violation is None and turn.action == "stop":
-            t.status, t.final = "confirmed", turn.answer
+            t.status, t.final = TrajectoryStatus.CONFIRMED, turn.answer
         elif turn.violation is None:
             t.next_agent, t.retries = turn.target, 0
         elif t.retries < self.max_retries:
@@ -138,16 +213,16 @@ class Scheduler:
         else:
             rec["forced_handoff"] = self._forced_target(name)
             t.next_agent, t.retries = rec["forced_handoff"], 0
-        if t.status == "open" and len(t.turns) >= self.t_max:
-            t.status = "t_max"
+        if t.status == TrajectoryStatus.OPEN and len(t.turns) >= self.t_max:
+            t.status = TrajectoryStatus.T_MAX
 
     def run_all(self, problems: list[Problem], on_finished=None) -> list[Trajectory]:
         open_ = [self.start(p) for p in problems]
         done: list[Trajectory] = []
         while open_:
             self.step(open_)
-            finished = [t for t in open_ if t.status != "open"]
-            open_ = [t for t in open_ if t.status == "open"]
+            finished = [t for t in open_ if t.status != TrajectoryStatus.OPEN]
+            open_ = [t for t in open_ if t.status == TrajectoryStatus.OPEN]
             if finished and on_finished:
                 on_finished(finished)
             done += finished
@@ -155,19 +230,19 @@ class Scheduler:
 
 
 def _existing(path: Path, repair: bool = True) -> set[str]:
-    """The question ids recorded in a trajectories file; a line without its id, or a repeated id, is an
-    error naming the file and line. ``repair``: cut a torn last line first (else it is skipped)."""
+    """The question ids recorded in a trajectories file, each line read as a :class:`TrajectoryRecord`
+    (:func:`read_record`); a malformed line or a repeated id is an error naming the file and line.
+    ``repair``: cut a torn last line first (else it is skipped)."""
     if not path.exists():
         return set()
     if repair:
         repair_truncated_tail(path)
     seen: set[str] = set()
-    for line, rec in iter_jsonl(path, tolerate_truncated_tail=not repair):
-        if not isinstance(rec, dict) or not isinstance(rec.get("id"), str):
-            raise RecordError(path, line, "a trajectory needs its question 'id' (a string)")
-        if rec["id"] in seen:
-            raise RecordError(path, line, f"duplicate question {rec['id']!r}")
-        seen.add(rec["id"])
+    for line, obj in iter_jsonl(path, tolerate_truncated_tail=not repair):
+        rec = read_record(obj, path, line)
+        if rec.id in seen:
+            raise RecordError(path, line, f"duplicate question {rec.id!r}")
+        seen.add(rec.id)
     return seen
 
 
@@ -236,22 +311,29 @@ def run_solo(out: str | Path, problems: list[Problem], name: str, backend, param
     def work(todo, append):
         for b in range(0, len(todo), chunk):
             batch = todo[b:b + chunk]
-            reqs = [Request.of(backend.prompt("think", p.text), turn_seed(seed, p.id, 0)) for p in batch]
-            append([_solo_record(p, name, c) for p, c in zip(batch, backend.generate(reqs, params))])
+            samples = runs.sample_texts(backend, "think", batch, params, seed)  # as runs.sample: one sample each
+            append([_solo_record(p, name, x) for p, x in zip(batch, samples)])
 
     return _resumable(Path(out), problems, settings, work)
 
 
-def _solo_record(p: Problem, name: str, c) -> dict:
-    turn = parse_turn(c.text, (name,))
+def _solo_record(p: Problem, name: str, x) -> dict:
+    """A solo run's one-turn trajectory from its :class:`~polyvox.records.Sample`."""
+    turn = parse_turn(x.completion, (name,))
     return {"id": p.id, "question": p.text, "gold": p.gold, "first": name,
-            "status": "confirmed" if turn.answer else "no_answer", "final": turn.answer, "n_turns": 1,
-            "metadata": p.metadata,
-            "turns": [{"agent": name, "attempt": 0, "prompt_tokens": c.prompt_tokens,
-                       "completion_tokens": c.completion_tokens, "answer": turn.answer, "action": None,
+            "status": TrajectoryStatus.CONFIRMED if turn.answer else TrajectoryStatus.NO_ANSWER,
+            "final": turn.answer, "n_turns": 1, "metadata": p.metadata,
+            "turns": [{"agent": name, "attempt": 0, "prompt_tokens": x.prompt_tokens,
+                       "completion_tokens": x.completion_tokens, "answer": turn.answer, "action": None,
                        "target": None, "note": "", "violation": None, "forced_handoff": None,
-                       "latency_s": round(c.latency_s, 4), "text": c.text}]}
+                       "latency_s": round(x.latency_s, 4), "text": x.completion}]}
 
 
 def load(out: str | Path) -> list[dict]:
-    return read_jsonl(Path(out) / TRAJECTORIES)
+    """The recorded trajectories as read (dicts), each checked by :func:`read_record`."""
+    path = Path(out) / TRAJECTORIES
+    recs = []
+    for line, obj in iter_jsonl(path):
+        read_record(obj, path, line)
+        recs.append(obj)
+    return recs

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import random
 
+from ... import tasks
 from ...records import Problem
 from ...tasks import register_task
 from ..world import problems as world
@@ -119,15 +120,23 @@ def collab_qa(data_dir=None, n: int = 30, seed: int = 0, hops=(2, 3, 4), distrac
     return make_qa(n, seed, tuple(hops), distractors, split)
 
 
-def grader_for(problem_or_meta) -> str:
+def task_for(problem_or_meta) -> str:
+    """The registered task a collaboration question belongs to (its metadata's ``task``)."""
     meta = getattr(problem_or_meta, "metadata", problem_or_meta)
-    return "qa" if meta.get("task") == "qa" else "integer"
+    return "collab_qa" if meta.get("task") == "qa" else "collab_world"
+
+
+def grader_for(problem_or_meta) -> str:
+    """The grader of the question's registered task (``qa`` or ``integer``)."""
+    return tasks.get(task_for(problem_or_meta)).grader
 
 
 def grade_answer(answer: str | None, gold, meta: dict):
-    """Grade one projected answer: (correct, f1) with the task's grader."""
-    from ... import grading
+    """Grade one projected answer: (correct, f1) with its task's grader and options, through
+    :func:`polyvox.runs.grade_completions` (``bare``: the answer is graded as an ``<answer>`` body)."""
+    from ... import runs
 
-    g = grading.grade(grader_for(meta), f"<answer>{answer or ''}</answer>", gold)
+    task = tasks.get(task_for(meta))
+    [g] = runs.grade_completions(task.grader, [answer], [gold], task.grade_options, bare=True)
     f1 = g.f1 if g.f1 is not None else float(g.correct)
     return bool(g.correct) and answer is not None, f1 if answer is not None else 0.0

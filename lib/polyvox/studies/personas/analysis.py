@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ... import judge
+from ... import judge, runs, tasks
 from ...records import read_jsonl
 from . import world as pw
 
@@ -85,8 +85,9 @@ def comparable_types(conv: pd.DataFrame, seed: int, arms=("forward", "reverse"),
 # ---------------------------------------------------------------- truncation
 
 def _unit_records(run: Path, unit: str, cache: dict) -> dict:
+    """A generation unit's records (:class:`~polyvox.records.Sample`) by prompt id (:func:`polyvox.runs.load`)."""
     if unit not in cache:
-        cache[unit] = {r["problem_id"]: r for r in read_jsonl(run / "gen" / unit / "rollouts.jsonl")}
+        cache[unit] = {r.problem_id: r for r in runs.load(run / "gen" / unit).samples}
     return cache[unit]
 
 
@@ -115,12 +116,12 @@ def truncation(run: str | Path, arms, seeds) -> pd.DataFrame:
             for r in read_jsonl(run / "systems" / f"{arm}-s{seed}.jsonl"):
                 for system, unit in system_units(r, arm, seed).items():
                     rec = _unit_records(run, unit, cache)[r["prompt_id"]]
-                    if rec["completion"] != r["responses"][system]:
+                    if rec.completion != r["responses"][system]:
                         raise ValueError(f"{arm}-s{seed} {r['prompt_id']} {system}: answer is not unit {unit}'s")
                     rows.append({"arm": arm, "seed": seed, "prompt_id": r["prompt_id"], "preference": r["preference"],
                                  "router_pick": r["router_pick"], "system": system, "unit": unit,
-                                 "finish_reason": rec["finish_reason"],
-                                 "truncated": rec["finish_reason"] == "length"})
+                                 "finish_reason": rec.finish_reason,
+                                 "truncated": rec.finish_reason == "length"})
     return pd.DataFrame(rows)
 
 
@@ -128,10 +129,10 @@ def unit_cap_hits(run: str | Path) -> pd.DataFrame:
     """Per generation unit: prompts answered and how many hit the token cap."""
     run = Path(run)
     rows = []
-    for folder in sorted(p for p in (run / "gen").iterdir() if (p / "rollouts.jsonl").exists()):
-        recs = list(read_jsonl(folder / "rollouts.jsonl"))
+    for folder in sorted(p for p in (run / "gen").iterdir() if (p / runs.ROLLOUTS).exists()):
+        recs = runs.load(folder).samples
         rows.append({"unit": folder.name, "n": len(recs),
-                     "cap hits": sum(r["finish_reason"] == "length" for r in recs)})
+                     "cap hits": sum(r.finish_reason == "length" for r in recs)})
     return pd.DataFrame(rows)
 
 
@@ -153,14 +154,26 @@ def summarize(df: pd.DataFrame, n_boot: int = 1000, groups: str | None = None) -
     return judge.summarize(df, n_boot=n_boot, groups=groups)
 
 
+def correct(texts, golds) -> list[bool]:
+    """Whether each reply has the right number: graded by the ``personas`` task's grader through
+    :func:`polyvox.runs.grade_completions`, the reply read whole as its answer (``bare``: its last
+    integer, the rubric's correctness point :func:`polyvox.studies.personas.world.final_integer`; the two
+    agree on every answer of the recorded run, ``tests/test_personas_analysis.py``)."""
+    task = tasks.get("personas")
+    return [g.correct for g in runs.grade_completions(task.grader, texts, [str(g) for g in golds],
+                                                      task.grade_options, bare=True)]
+
+
 def with_correctness(run: str | Path, a: str, b: str, judge_) -> pd.DataFrame:
-    """:func:`outcomes` plus ``correct_a`` / ``correct_b``: whether each side's answer ends in the right
-    number (the rubric's correctness point, :func:`polyvox.studies.personas.world.final_integer`)."""
+    """:func:`outcomes` plus ``correct_a`` / ``correct_b``: whether each side's answer has the right
+    number (:func:`correct`)."""
     run = Path(run)
     o = outcomes(run, a, b, judge_)
     texts = {p.prompt_id: (p.a, p.b, str(p.row.get("gold"))) for p in judge.pairs(str(run / a), str(run / b))}
-    o["correct_a"] = [pw.final_integer(texts[i][0]) == texts[i][2] for i in o["prompt_id"]]
-    o["correct_b"] = [pw.final_integer(texts[i][1]) == texts[i][2] for i in o["prompt_id"]]
+    ids = list(o["prompt_id"])
+    golds = [texts[i][2] for i in ids]
+    o["correct_a"] = correct([texts[i][0] for i in ids], golds)
+    o["correct_b"] = correct([texts[i][1] for i in ids], golds)
     return o
 
 

@@ -57,29 +57,36 @@ def build(out: str | Path, seed: int = 0, n_examples: int = 6000, hidden: int = 
 
 
 def card_fidelity(model_dir: str | Path, n: int = 32, seed: int = 5) -> dict:
-    """Greedy answers on held-out problems: share in the asked style per card type (and neutral), and correct."""
+    """Greedy answers on held-out problems: share in the asked style per card type (and neutral), and correct.
+
+    Sampled in memory as :func:`polyvox.runs.sample` samples (:func:`polyvox.runs.sample_texts`, tiny-chat's
+    prompts through :class:`.steps.ChatBackend`) and graded by the task's grader (:func:`.analysis.correct`)."""
     import random
 
-    from ...backends import Request, SamplingParams, make_backend
+    from ...backends import SamplingParams, make_backend
+    from ...records import Problem
+    from ...runs import sample_texts
     from ...studies.world import problems as world
+    from .analysis import correct as graded_correct
+    from .steps import ChatBackend
 
     be = make_backend("transformers", str(model_dir), batch_size=64)
     rng = random.Random(seed)
     probs = world.generate(n // 2, seed=seed + 900, levels=pw.LEVELS, split="test")
+    golds = [str(p.answer) for p in probs]
     out = {}
     for t in ("",) + pw.TYPES:
-        reqs = []
-        for p in probs:
+        asked = []
+        for p, gold in zip(probs, golds):
             cue = rng.choice(pw.CUES[rng.choice(pw.POLES)])
-            msgs = ([{"role": "system", "content": pw.card_for(t)}] if t else []) + \
-                [{"role": "user", "content": f"{p.text} {cue}"}]
-            reqs.append(Request(be.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)))
-        comps = be.generate(reqs, SamplingParams(max_tokens=72, temperature=0.0))
+            asked.append(Problem(p.id, f"{p.text} {cue}", gold))
+        texts = [x.completion for x in sample_texts(ChatBackend(be, pw.card_for(t) if t else None), "plain", asked,
+                                                    SamplingParams(max_tokens=72, temperature=0.0))]
         want_tone, want_len = pw._tone_length(pw.poles_of(t) if t else ())
         ok = correct = 0
-        for p, c in zip(probs, comps):
-            s = pw.style_of(c.text, len(p.steps))
+        for p, text, right in zip(probs, texts, graded_correct(texts, golds)):
+            s = pw.style_of(text, len(p.steps))
             ok += s["tone"] == (want_tone or "neutral") and s["length"] == (want_len or "neutral")
-            correct += pw.final_integer(c.text) == str(p.answer)
+            correct += right
         out[t or "none"] = {"style": round(ok / len(probs), 3), "correct": round(correct / len(probs), 3)}
     return out

@@ -76,17 +76,35 @@ def stage_router(out: Path, s: dict) -> None:
 
 # ---------------------------------------------------------------- heads
 
-def _validation_scorer(tok, pole: str, val: list[pw.PersonaPrompt], max_tokens: int):
-    from ...backends import Request
-    from ...backends.hf import generate_batched
+class TrainingModel:
+    """The model being distilled, as a local backend of the sampling layer: its tokenizer, and
+    :func:`polyvox.backends.hf.generate_batched` (the transformers backend's generation) in batches of
+    :data:`VALIDATION_BATCH`; wrapped in :class:`ChatBackend` for tiny-chat's prompts."""
 
-    reqs = [Request(R.chat_prompt(tok, p.text)) for p in val]
+    name = "transformers"
+
+    def __init__(self, model, tokenizer):
+        self.model, self.tokenizer = model, tokenizer
+
+    def generate(self, requests, params):
+        from ...backends.hf import generate_batched
+
+        return generate_batched(self.model, self.tokenizer, requests, params, VALIDATION_BATCH, str(self.model.device))
+
+
+def _validation_scorer(tok, pole: str, val: list[pw.PersonaPrompt], max_tokens: int):
+    """A head's validation score at a checkpoint: greedy replies sampled in memory as
+    :func:`polyvox.runs.sample` samples (:func:`polyvox.runs.sample_texts`), each scored by its pole's
+    match plus its right number (:func:`.analysis.correct`, the task's grader)."""
+    from .analysis import correct
+
+    golds = [str(p.problem.answer) for p in val]
 
     def score(model, step):
-        comps = generate_batched(model, tok, reqs, SamplingParams(max_tokens, 0.0), VALIDATION_BATCH,
-                                 str(model.device))
-        return sum(pw.pole_match(pole, c.text, len(p.problem.steps)) + (pw.final_integer(c.text) == str(p.problem.answer))
-                   for p, c in zip(val, comps)) / len(val)
+        texts = [x.completion for x in runs.sample_texts(ChatBackend(TrainingModel(model, tok)), "plain", val,
+                                                         SamplingParams(max_tokens, 0.0))]
+        return sum(pw.pole_match(pole, t, len(p.problem.steps)) + ok
+                   for p, t, ok in zip(val, texts, correct(texts, golds))) / len(val)
     return score
 
 
@@ -184,9 +202,8 @@ def stage_generate(out: Path, s: dict) -> None:
 # ---------------------------------------------------------------- systems
 
 def _unit_texts(out: Path, name: str) -> dict[str, str]:
-    from ...records import Sample
-
-    return {x.problem_id: x.completion for x in read_jsonl(out / "gen" / name / "rollouts.jsonl", Sample)}
+    """A generation unit's replies by prompt id, read by :func:`polyvox.runs.load`."""
+    return {x.problem_id: x.completion for x in runs.load(out / "gen" / name).samples}
 
 
 def systems_rows(out: Path, s: dict, arm: str, seed: int) -> list[dict]:
