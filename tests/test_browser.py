@@ -35,7 +35,9 @@ SCREENSHOTS = {"intro": "book/intro.html", "accuracy": "book/panel/accuracy.html
 
 # Elements wider than their column, or sticking out of it, not inside a horizontal scroll container.
 # The column is the main one (article); a cell tagged full-width (Jupyter Book's tag) may use the
-# whole main area (article and right margin) and is itself the column of what it holds.
+# whole main area (article and right margin) and is itself the column of what it holds. Tables, on every
+# page: one wider than its column must be inside its own horizontal scroll box that fits the text column
+# (a full-width cell holds only tables that fit it).
 WIDTH_CHECK = """() => {
   const col = document.querySelector('article.bd-article') || document.querySelector('main') || document.body;
   const area = (document.querySelector('main.bd-main') || document.querySelector('main') || document.body).getBoundingClientRect();
@@ -67,6 +69,24 @@ WIDTH_CHECK = """() => {
     const text = (el.innerText || '').trim().replace(/\\s+/g, ' ').slice(0, 60);
     out.push({element: name(el), width: Math.round(r.width), column: Math.round(c.width),
               overhang: Math.round(Math.max(r.right - c.right, c.left - r.left, 0)), text});
+  }
+  // A table wider than its column (the text column, or the area of the full-width cell it is in) sits in its
+  // own horizontal scroll box, and that box fits the text column: a full-width cell may hold a table that fits
+  // it, never one that still scrolls (half under the page's contents column, with its prose beside it).
+  for (const t of col.querySelectorAll('table')) {
+    const r = t.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0 || bad.has(t)) continue;
+    const c = columnOf(t);
+    if (r.width <= c.width + 1 && r.left >= c.left - 1 && r.right <= c.right + 1) continue;
+    let box = null;
+    for (let p = t.parentElement; p && p !== col; p = p.parentElement) if (scrolls(p)) { box = p; break; }
+    const b = box ? box.getBoundingClientRect() : null;
+    if (b && b.width <= colRect.width + 1 && b.left >= colRect.left - 1 && b.right <= colRect.right + 1) continue;
+    const cap = t.querySelector('caption');
+    out.push({element: name(t) + (b ? ` in a ${Math.round(b.width)}-px scroll box wider than the text column` : ''),
+              width: Math.round(r.width), column: Math.round(colRect.width),
+              overhang: Math.round(Math.max((b || r).right - colRect.right, colRect.left - (b || r).left, 0)),
+              text: ((cap ? cap.innerText : t.innerText) || '').trim().replace(/\\s+/g, ' ').slice(0, 60)});
   }
   const page = document.documentElement.scrollWidth > window.innerWidth + 1 ?
       {scrollWidth: document.documentElement.scrollWidth, viewport: window.innerWidth} : null;
@@ -394,14 +414,23 @@ def test_width_check_flags_a_wide_inline_table_in_a_built_page(browser, book_htm
     assert not any("wide-scrolled" in e for e in _flagged(browser, tmp_path / "html", "book/panel/scrolled.html"))
 
 
+FITS_FULL_WIDTH = ("<table id='full-fits' style='width:900px'><tr><td>a table wider than the text column "
+                   "that fits its full-width cell</td></tr></table>")
+
+
 def test_width_check_on_a_tiny_fixture_page(browser, tmp_path):
-    """Inline wide table: flagged; in a scroll container: not; a full-width cell may use the main
-    area beyond the article, but a table wider than that cell is flagged."""
+    """Inline wide table: flagged; in a scroll container of the text column's width: not; a full-width cell
+    may use the main area beyond the article for a table that fits it, but a table wider than that cell is
+    flagged, inline or in a scroll box as wide as the cell (wider than the text column)."""
     body = ("<main class='bd-main' style='width:1100px'><article class='bd-article' style='width:700px'><p>fits</p>"
             + WIDE_TABLE
             + f"<div style='overflow-x:auto'>{WIDE_TABLE.replace('wide-inline', 'wide-scrolled')}</div>"
             + "<div class='cell tag_full-width' style='width:1000px'><p>a full-width cell</p>"
             + f"<div style='overflow-x:auto'>{WIDE_TABLE.replace('wide-inline', 'full-scrolled')}</div>"
+            + f"<div style='overflow-x:auto;max-width:700px'>{WIDE_TABLE.replace('wide-inline', 'full-boxed')}</div>"
+            + FITS_FULL_WIDTH
             + WIDE_TABLE.replace("wide-inline", "full-inline") + "</div></article></main>")
     (tmp_path / "p.html").write_text(f"<!doctype html><html><body style='margin:0'>{body}</body></html>")
-    assert _flagged(browser, tmp_path, "p.html") == ["table#wide-inline", "table#full-inline"]
+    flagged = _flagged(browser, tmp_path, "p.html")
+    assert flagged == ["table#wide-inline", "table#full-inline",
+                       "table#full-scrolled in a 1000-px scroll box wider than the text column"], flagged
