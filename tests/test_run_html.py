@@ -141,7 +141,7 @@ def test_page_of_a_small_notebook_renders_admonitions_math_roles_tables_and_figu
     nb.cells = [nbformat.v4.new_markdown_cell("# A chapter\n\n```{important}\nRead **this**.\n```\n\n(sec)=\n## Section"),
                 params, cell]
     nbformat.write(nb, tmp_path / "chapter.ipynb")
-    manifest = {"chapter": "panel/x", "status": "ok", "parameters": {"x": 2}, "finished": "2026-01-01T00:00:00"}
+    manifest = {"kind": "chapter", "chapter": "panel/x", "status": "ok", "parameters": {"x": 2}, "finished": "2026-01-01T00:00:00"}
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     text = write_page(tmp_path / "chapter.ipynb", root=ROOT).read_text()
     assert (tmp_path / "chapter.html").is_file()

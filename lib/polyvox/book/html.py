@@ -248,7 +248,7 @@ def page_html(nb, manifest: dict | None = None, root: Path | None = None) -> str
 </head>
 <body>
 <header class="pv-topbar"><span class="pv-book-title">{html.escape(book)}</span>
-<span class="pv-run-label">a re-run chapter{f': <code>{html.escape(chapter)}</code>' if chapter else ''}</span></header>
+<span class="pv-run-label">{f'a re-run chapter: <code>{html.escape(chapter)}</code>' if chapter else "a run's notebook"}</span></header>
 <div class="pv-layout">
 <aside class="pv-sidebar" aria-label="This run"><p class="pv-sidebar-title">{html.escape(book)}</p>{run_facts}
 <p class="pv-sidebar-note">This page was written from the run folder by <code>polyvox run … --html</code>; it reads offline.</p></aside>
@@ -257,7 +257,7 @@ def page_html(nb, manifest: dict | None = None, root: Path | None = None) -> str
 {body}
 </article>
 </main>
-<nav class="pv-contents" aria-label="Contents">{'<p class="pv-contents-title">Contents</p><ul>' + contents + '</ul>' if contents else ''}</nav>
+{f'<nav class="pv-contents" aria-label="Contents"><p class="pv-contents-title">Contents</p><ul>{contents}</ul></nav>' if contents else ''}
 </div>
 {math}
 </body>
@@ -277,9 +277,13 @@ def write_page(notebook: Path, manifest: dict | None = None, root: Path | None =
     from ``manifest.json`` beside the notebook when not given."""
     import nbformat
 
+    from ..records import KIND_CHAPTER
+
     notebook = Path(notebook)
     if manifest is None and (notebook.parent / "manifest.json").is_file():
         manifest = json.loads((notebook.parent / "manifest.json").read_text(encoding="utf-8"))
+        if manifest.get("kind") != KIND_CHAPTER:  # the folder of another kind of run: no "This run" box
+            manifest = None
     nb = nbformat.read(str(notebook), as_version=4)
     out = notebook.with_suffix(".html")
     text = page_html(nb, manifest, root)
