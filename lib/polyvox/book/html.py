@@ -171,7 +171,9 @@ def run_box(manifest: dict) -> str:
              "beside this page. The same run, into a new folder:", "", "```bash", command, "```", ""]
     if params:
         lines += ["| parameter | value |", "|---|---|"]
-        lines += [f"| `{k}` | `{_yaml_value(v).replace('|', '&#124;')}` |" for k, v in params.items()]
+        lines += [f"| `{k}` | `{_yaml_value(v).replace('|', '&#124;')}`"
+                  + (" (the run folder: `polyvox run` sets it from `--out`)" if k == "run_dir" else "") + " |"
+                  for k, v in params.items()]
     else:
         lines.append("The chapter ran with its defaults (the shipped records).")
     return "\n".join(lines + ["````"])
