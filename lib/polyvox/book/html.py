@@ -253,7 +253,8 @@ def page_html(nb, manifest: dict | None = None, root: Path | None = None) -> str
 <span class="pv-run-label">{f'a re-run chapter: <code>{html.escape(chapter)}</code>' if chapter else "a run's notebook"}</span></header>
 <div class="pv-layout">
 <aside class="pv-sidebar" aria-label="This run"><p class="pv-sidebar-title">{html.escape(book)}</p>{run_facts}
-<p class="pv-sidebar-note">This page was written from the run folder by <code>polyvox run … --html</code>; it reads offline.</p></aside>
+<p class="pv-sidebar-note">{'This page was written from the run folder by <code>polyvox run … --html</code>' if manifest
+    else "This page was written from an executed notebook (<code>polyvox.book.html.write_page</code>)"}; it reads offline.</p></aside>
 <main class="bd-main" id="main-content">
 <article class="bd-article" role="main">
 {body}
