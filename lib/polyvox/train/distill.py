@@ -57,6 +57,7 @@ from typing import Callable
 
 from ..adapters import save_adapter
 from ..records import RunLock, append_jsonl, check_out_path, now_iso, portable_path, write_manifest
+from ..statuses import RunStatus
 from .logs import finite_or_null
 
 LOSSES = ("forward", "reverse")
@@ -274,6 +275,6 @@ def _train(cfg: DistillConfig, out: Path, student_prompts: list[str], teacher_pr
                "teacher_sequence_seconds": round(seq_seconds, 2),
                "mean_sequence_tokens": round(sum(map(len, seqs)) / len(seqs), 2), "examples": len(seqs)}
     write_manifest(out, kind=KIND, settings=manifest_settings(cfg), started=started, finished=now_iso(),
-                   status="complete", **summary)
+                   status=RunStatus.COMPLETE, **summary)
     return summary
 

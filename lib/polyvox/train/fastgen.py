@@ -28,6 +28,12 @@ under bf16 autocast, so sampling probabilities differ from the policy's by round
 with vLLM generation; the loss uses the policy's own log-probabilities
 (``num_iterations = 1``). :func:`refresh` is tested to give the policy's logits exactly
 in fp32.
+
+Data-parallel (:mod:`polyvox.train.parallel`): each process keeps its own copy on its own device,
+refreshed from the policy unwrapped from DDP (``accelerator.unwrap_model``; every rank holds the
+same weights after a step), and generates its own slice of the step's batch. A row is seeded by
+its position in the *global* batch (rank × rows per rank + its index), so the rows of a step get
+the seeds a one-process run gives the same rows.
 """
 from __future__ import annotations
 
@@ -124,11 +130,13 @@ def fast_trainer_class():
             # the copy may be shared with another trainer: it records whose weights it holds
             version = (id(self), self._pv_round, self.state.global_step)
             if getattr(copy, "_polyvox_version", None) != version:
-                refresh(self.model, copy)
+                refresh(self.accelerator.unwrap_model(self.model), copy)
                 copy._polyvox_version = version
             t1 = time.perf_counter()
             params = SamplingParams(self.max_completion_length, self.temperature, self.top_p or 1.0)
-            seeds = [step_seed(self.polyvox_seed, self.state.global_step, i) for i in range(len(prompt_ids))]
+            # seeded by the row's place in the global batch: this rank's slice starts at rank × rows
+            first = self.accelerator.process_index * len(prompt_ids)
+            seeds = [step_seed(self.polyvox_seed, self.state.global_step, first + i) for i in range(len(prompt_ids))]
             eos = self.eos_token_ids
             rows = generate_rows(copy, [list(p) for p in prompt_ids], seeds, params, self._tokenizer.pad_token_id,
                                  eos, str(self.accelerator.device), static=self.accelerator.device.type == "cuda",

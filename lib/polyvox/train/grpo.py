@@ -25,6 +25,16 @@ then MATH stages); each continues the previous stage's adapter. Per step, a JSON
 line (reward mean and spread, format-valid rate, accuracy, completion lengths);
 every ``eval_every`` steps a held-out evaluation line; adapters are saved every
 ``save_every`` steps and at the end of each stage (safetensors).
+
+Data-parallel under ``accelerate launch`` or ``torchrun`` (:mod:`polyvox.train.parallel`): the
+global batch stays ``prompts_per_step × group_size`` completions per step, each of N processes
+generating and scoring ``prompts_per_step × group_size / N`` of them (a contiguous slice of the
+batch, whole groups when N divides ``prompts_per_step``); TRL gathers all rewards before
+normalising within each group. The main process alone locks the folder and writes the manifest
+(with ``world_size``), the step log (statistics of the gathered batch, ``completions`` = the
+global batch; the ``fastgen_*`` timings are the main process's own), the held-out lines and the
+adapters; the held-out evaluation is sharded by problem across the processes and gathered (each
+sample keeps its own seed, so the result is the one-process result).
 """
 from __future__ import annotations
 
@@ -35,9 +45,11 @@ from typing import Callable
 
 import numpy as np
 
-from .. import formats, grading, tasks
+from .. import formats, grading
 from ..adapters import save_adapter
-from ..records import KIND_RL, RunLock, append_jsonl, check_folder_kind, now_iso, portable_path, write_manifest
+from ..records import KIND_RL, append_jsonl, check_folder_kind, now_iso, portable_path, write_manifest
+from ..statuses import RunStatus
+from . import parallel
 from .logs import finite_or_null
 
 
@@ -99,28 +111,36 @@ def prompt_for(arm: str, text: str, tokenizer) -> str:
 
 
 def evaluate(model, tokenizer, arm: str, problems, samples: int = 4, max_tokens: int = 384, seed: int = 0,
-             batch_size: int = 256, device: str = "cpu", grader: str = "integer") -> dict:
+             batch_size: int = 256, device: str = "cpu", grader: str = "integer", rank: int = 0,
+             processes: int = 1) -> dict:
     """Mean accuracy over problems × samples at temperature 1 (and per level).
 
     Sample ``i`` of problem ``p`` is seeded as :func:`polyvox.runs.sample` seeds it
     (``runs.sample_seed(seed, p.id, i)``), so two problems never share a noise stream, and
     graded as :func:`polyvox.runs.grade` grades (:func:`polyvox.runs.grade_completions` with
-    the held-out task's ``grader``), in memory.
+    the held-out task's ``grader``), in memory. With ``processes`` > 1 (every rank of a
+    data-parallel run calls it) rank ``r`` evaluates problems ``r, r + processes, …`` and the
+    per-problem results are gathered: every rank returns the same dict, the one-process one.
     """
     from ..backends.hf import Request, SamplingParams, generate_batched
     from ..runs import grade_completions, sample_seed
 
-    reqs = [Request(prompt_for(arm, p.text, tokenizer), seed=sample_seed(seed, p.id, i))
-            for p in problems for i in range(samples)]
-    outs = generate_batched(model, tokenizer, reqs, SamplingParams(max_tokens, 1.0), batch_size, device)
-    grades = grade_completions(grader, [o.text for o in outs], [p.gold for p in problems for _ in range(samples)])
-    correct = np.array([g.correct for g in grades], dtype=float)
-    per_problem = correct.reshape(len(problems), samples).mean(axis=1)
+    mine = list(range(rank, len(problems), processes))
+    reqs = [Request(prompt_for(arm, problems[j].text, tokenizer), seed=sample_seed(seed, problems[j].id, i))
+            for j in mine for i in range(samples)]
+    outs = generate_batched(model, tokenizer, reqs, SamplingParams(max_tokens, 1.0), batch_size, device) if reqs else []
+    grades = grade_completions(grader, [o.text for o in outs], [problems[j].gold for j in mine for _ in range(samples)])
+    correct = np.array([g.correct for g in grades], dtype=float).reshape(len(mine), samples)
+    tokens = np.array([o.completion_tokens for o in outs], dtype=float).reshape(len(mine), samples)
+    rows = [(j, float(c.mean()), t.tolist()) for j, c, t in zip(mine, correct, tokens)]
+    if processes > 1:
+        rows = sorted(parallel.gather(rows))
+    per_problem = np.array([acc for _, acc, _ in rows])
     levels = {}
-    for p, acc in zip(problems, per_problem):
-        levels.setdefault(str(p.metadata.get("level")), []).append(acc)
+    for (j, acc, _) in rows:
+        levels.setdefault(str(problems[j].metadata.get("level")), []).append(acc)
     return {"heldout_mean": float(per_problem.mean()), "per_level": {k: float(np.mean(v)) for k, v in levels.items()},
-            "mean_completion_tokens": float(np.mean([o.completion_tokens for o in outs]))}
+            "mean_completion_tokens": float(np.mean([t for _, _, ts in rows for t in ts]))}
 
 
 def train(cfg: RLConfig, progress: bool = True) -> Path:
@@ -130,10 +150,10 @@ def train(cfg: RLConfig, progress: bool = True) -> Path:
     (a sample run, a judge run …) is refused, and its manifest is never replaced (``kind: rl``)."""
     if cfg.init_adapter is not None and not (Path(cfg.init_adapter) / "adapter_config.json").is_file():
         raise ValueError(f"init_adapter {cfg.init_adapter}: not an adapter folder (no adapter_config.json)")
-    _check_rl_folder(cfg.out)  # read-only: a refused run changes nothing
-    with RunLock(cfg.out):
-        _check_rl_folder(cfg.out)  # again under the lock
-        return _train(cfg, progress)
+    parallel.per_rank_completions(cfg.prompts_per_step, cfg.group_size, parallel.world_size())  # nothing written yet
+    # the folder checked read-only first, then again under the lock (rank 0 alone, when several)
+    with parallel.one_writer(cfg.out, _check_rl_folder) as writer:
+        return _train(cfg, progress, writer)
 
 
 def _check_rl_folder(out) -> None:
@@ -149,12 +169,14 @@ def _check_rl_folder(out) -> None:
     check_folder_kind(out, KIND_RL)
 
 
-def _train(cfg: RLConfig, progress: bool = True) -> Path:
+def _train(cfg: RLConfig, progress: bool = True, writer: bool = True) -> Path:
+    """``writer``: this process writes the folder (the only process, or rank 0 of several)."""
     import torch
     from transformers import AutoTokenizer
 
     out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+    if writer:
+        out.mkdir(parents=True, exist_ok=True)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tok = AutoTokenizer.from_pretrained(cfg.model)
     tok.padding_side = "left"
@@ -168,29 +190,36 @@ def _train(cfg: RLConfig, progress: bool = True) -> Path:
     # a run is not resumable mid-way: an interrupted attempt's logs are kept beside, renamed, and the
     # run starts over, so its train_log/heldout_trajectory hold one attempt (nothing lost, nothing mixed)
     attempts = 0
-    for name in ("train_log.jsonl", "heldout_trajectory.jsonl"):
-        if (out / name).exists():
-            attempts = max(attempts, len(list(out.glob(f"{Path(name).stem}.attempt-*.jsonl"))) + 1)
-    for name in ("train_log.jsonl", "heldout_trajectory.jsonl"):
-        if (out / name).exists():
-            (out / name).rename(out / f"{Path(name).stem}.attempt-{attempts}.jsonl")
     started = now_iso()
-    write_manifest(out, kind=KIND_RL, config=summary, started=started, status="running", device=device,
-                   earlier_attempts=attempts)
+    processes = parallel.world_size()
+    if writer:
+        for name in ("train_log.jsonl", "heldout_trajectory.jsonl"):
+            if (out / name).exists():
+                attempts = max(attempts, len(list(out.glob(f"{Path(name).stem}.attempt-*.jsonl"))) + 1)
+        for name in ("train_log.jsonl", "heldout_trajectory.jsonl"):
+            if (out / name).exists():
+                (out / name).rename(out / f"{Path(name).stem}.attempt-{attempts}.jsonl")
+        write_manifest(out, kind=KIND_RL, config=summary, started=started, status=RunStatus.RUNNING, device=device,
+                       earlier_attempts=attempts, **_ranks(processes))
     recorded: list = []  # set when a stage already recorded how it ended (no_steps / short)
     try:
-        return _stages(cfg, out, tok, summary, device, attempts, recorded, progress)
+        return _stages(cfg, out, tok, summary, device, attempts, recorded, progress, writer)
     except BaseException as exc:
-        if not recorded:  # the manifest says what happened, never a stale "running"
+        if writer and not recorded:  # the manifest says what happened, never a stale "running"
             write_manifest(out, kind=KIND_RL, config=summary, started=started, finished=now_iso(),
-                           status="failed" if isinstance(exc, Exception) else "interrupted", device=device,
-                           earlier_attempts=attempts,
+                           status=RunStatus.FAILED if isinstance(exc, Exception) else RunStatus.INTERRUPTED,
+                           device=device, earlier_attempts=attempts, **_ranks(processes),
                            error=(f"{type(exc).__name__}: " + " ".join(str(exc).split()))[:500])
         raise
 
 
+def _ranks(processes: int) -> dict:
+    """The manifest's record of a data-parallel run (nothing for one process: its manifest as before)."""
+    return {"world_size": processes} if processes > 1 else {}
+
+
 def _stages(cfg: RLConfig, out: Path, tok, summary: dict, device: str, attempts: int, recorded: list,
-            progress: bool) -> Path:
+            progress: bool, writer: bool = True) -> Path:
     import torch
     from datasets import Dataset
     from peft import LoraConfig, PeftModel
@@ -199,6 +228,7 @@ def _stages(cfg: RLConfig, out: Path, tok, summary: dict, device: str, attempts:
 
     adapter = cfg.init_adapter
     global_step = 0
+    processes = parallel.world_size()
     t_start = time.time()
     for stage in cfg.stages:
         base = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=torch.float32)
@@ -217,8 +247,9 @@ def _stages(cfg: RLConfig, out: Path, tok, summary: dict, device: str, attempts:
         if len(rows) < cfg.prompts_per_step:
             # a band smaller than one step's prompts would give TRL no batch at all (zero steps):
             # cycle it, and say so in the log
-            append_jsonl(out / "train_log.jsonl", [{"stage": stage.name, "note": f"{len(rows)} problems < "
-                                                    f"{cfg.prompts_per_step} prompts per step: cycled"}])
+            if writer:
+                append_jsonl(out / "train_log.jsonl", [{"stage": stage.name, "note": f"{len(rows)} problems < "
+                                                        f"{cfg.prompts_per_step} prompts per step: cycled"}])
             rows = (rows * (cfg.prompts_per_step // len(rows) + 1))[: cfg.prompts_per_step]
         dataset = Dataset.from_list(rows)
         stash: list[dict] = []
@@ -230,15 +261,19 @@ def _stages(cfg: RLConfig, out: Path, tok, summary: dict, device: str, attempts:
                 rs = [reward(cfg.arm, c, g, cfg.tag_coef, stage.grading) for c, g in zip(completions, gold)]
             lengths = [len(ids) for ids in completion_ids] if completion_ids is not None else \
                 [len(tok(c, add_special_tokens=False)["input_ids"]) for c in completions]
-            r = np.array([x[0] for x in rs])
+            # the step's statistics over the whole batch: every rank's rows, in batch order
+            batch = parallel.gather([(x[0], bool(x[1]), bool(x[2]), n) for x, n in zip(rs, lengths)])
+            r = np.array([x[0] for x in batch])
+            lengths_all = [x[3] for x in batch]
             groups = r.reshape(-1, cfg.group_size) if len(r) % cfg.group_size == 0 else r[None]
             stash.append({"reward_mean": float(r.mean()), "reward_std": float(r.std()),
                           "within_group_std": float(groups.std(axis=1).mean()),
-                          "accuracy": float(np.mean([x[1] for x in rs])),
-                          "format_valid": float(np.mean([x[2] for x in rs])),
+                          "accuracy": float(np.mean([x[1] for x in batch])),
+                          "format_valid": float(np.mean([x[2] for x in batch])),
                           "frac_groups_all_equal": float(np.mean(groups.std(axis=1) == 0)),
-                          "completion_tokens_mean": float(np.mean(lengths)),
-                          "completion_tokens_max": int(np.max(lengths))})
+                          "completion_tokens_mean": float(np.mean(lengths_all)),
+                          "completion_tokens_max": int(np.max(lengths_all)),
+                          **({"completions": len(batch)} if processes > 1 else {})})
             return [x[0] for x in rs]
 
         stage_dir = out / stage.name
@@ -252,21 +287,27 @@ def _stages(cfg: RLConfig, out: Path, tok, summary: dict, device: str, attempts:
                 if stash:
                     rec.update(stash[-1])
                 timing = getattr(current.get("trainer"), "polyvox_timing", None)
-                if timing:  # cumulative seconds in the fast path's refresh and generation
+                if timing:  # cumulative seconds in the fast path's refresh and generation (the main process's)
                     rec.update({f"fastgen_{k}": round(v, 3) if isinstance(v, float) else v for k, v in timing.items()})
-                append_jsonl(out / "train_log.jsonl", [finite_or_null(rec)])  # a NaN metric logs as null
+                if writer:
+                    append_jsonl(out / "train_log.jsonl", [finite_or_null(rec)])  # a NaN metric logs as null
                 if cfg.heldout and state.global_step % cfg.eval_every == 0:
-                    _heldout(model, step)
+                    _heldout(step)  # every rank: the evaluation is sharded
 
-        def _heldout(model, step):
-            res = evaluate(model, tok, cfg.arm, cfg.heldout, cfg.heldout_samples, cfg.max_completion_length,
-                           seed=cfg.seed, device=device, grader=cfg.heldout_grading)
-            append_jsonl(out / "heldout_trajectory.jsonl", [finite_or_null({"step": step, "stage": stage.name, **res})])
+        def _heldout(step):
+            trainer = current["trainer"]
+            res = evaluate(trainer.accelerator.unwrap_model(trainer.model), tok, cfg.arm, cfg.heldout,
+                           cfg.heldout_samples, cfg.max_completion_length, seed=cfg.seed,
+                           device=device if processes == 1 else str(trainer.accelerator.device),
+                           grader=cfg.heldout_grading, rank=trainer.accelerator.process_index, processes=processes)
+            if writer:
+                append_jsonl(out / "heldout_trajectory.jsonl",
+                             [finite_or_null({"step": step, "stage": stage.name, **res})])
 
         args = GRPOConfig(
             output_dir=str(stage_dir), max_steps=stage.steps, learning_rate=cfg.learning_rate,
-            # one process: each step is prompts_per_step groups of group_size completions
-            per_device_train_batch_size=cfg.group_size * cfg.prompts_per_step,
+            # each step is prompts_per_step groups of group_size completions in all, shared by the processes
+            per_device_train_batch_size=parallel.per_rank_completions(cfg.prompts_per_step, cfg.group_size, processes),
             num_generations=cfg.group_size, max_completion_length=cfg.max_completion_length,
             temperature=cfg.temperature, beta=cfg.beta, logging_steps=1, save_strategy="steps",
             save_steps=cfg.save_every, report_to=[], seed=cfg.seed, bf16=device == "cuda",
@@ -282,89 +323,36 @@ def _stages(cfg: RLConfig, out: Path, tok, summary: dict, device: str, attempts:
 
             trainer_class = fast_trainer_class()
             trainer_class.polyvox_model_path, trainer_class.polyvox_seed = cfg.model, cfg.seed
+        trainer_class = parallel.only_main_saves(trainer_class)  # the same class for one process
         trainer = trainer_class(model=model, reward_funcs=reward_fn, args=args, train_dataset=dataset,
                                 processing_class=tok, peft_config=peft_config, callbacks=[Logger()])
         current["trainer"] = trainer
-        if global_step == 0 and cfg.heldout and not (out / "heldout_trajectory.jsonl").exists():
-            _heldout(trainer.model, 0)
+        if global_step == 0 and cfg.heldout:  # the first stage: the trajectory's step 0
+            _heldout(0)
         trainer.train()
         if trainer.state.global_step < stage.steps:
             recorded.append(True)
-            write_manifest(out, kind=KIND_RL, config=summary,
-                           status="no_steps" if trainer.state.global_step == 0 else "short",
-                           finished=now_iso(), device=device,
-                           detail=f"stage {stage.name}: {trainer.state.global_step} of {stage.steps} steps ran")
+            if writer:
+                write_manifest(out, kind=KIND_RL, config=summary,
+                               status=RunStatus.NO_STEPS if trainer.state.global_step == 0 else RunStatus.SHORT,
+                               finished=now_iso(), device=device, **_ranks(processes),
+                               detail=f"stage {stage.name}: {trainer.state.global_step} of {stage.steps} steps ran")
             raise RuntimeError(f"stage {stage.name}: TRL ran {trainer.state.global_step} of {stage.steps} steps")
         global_step += stage.steps
         adapter = str(stage_dir / "adapter")
-        save_adapter(trainer.model, adapter)
+        if writer:
+            save_adapter(trainer.accelerator.unwrap_model(trainer.model), adapter)
+        parallel.wait_for_everyone()  # the next stage loads this adapter on every rank
         del trainer, model, base
         if device == "cuda":
             torch.cuda.empty_cache()
     recorded.append(True)
-    write_manifest(out, kind=KIND_RL, config=summary, status="complete", finished=now_iso(), device=device, earlier_attempts=attempts,
-                   final_adapter=portable_path(adapter), seconds=round(time.time() - t_start, 1))
+    if writer:
+        write_manifest(out, kind=KIND_RL, config=summary, status=RunStatus.COMPLETE, finished=now_iso(), device=device,
+                       earlier_attempts=attempts, **_ranks(processes), final_adapter=portable_path(adapter),
+                       seconds=round(time.time() - t_start, 1))
     return Path(adapter)
 
 
-def _stage_problems(spec: dict, data_dir: str) -> tuple[list, str]:
-    """Problems and grader of a config stage: a task by name with its options (tasks.load)."""
-    spec = {k: v for k, v in spec.items() if k not in ("name", "steps", "grading")}
-    if "task" not in spec:
-        raise ValueError(f"a stage needs a task (e.g. task: world, or task: math_train); got {sorted(spec)}")
-    name = spec.pop("task")
-    return tasks.load(name, data_dir, **spec), tasks.get(name).grader
-
-
-def check_config(path: str | Path) -> dict:
-    """An RL config file read and checked, nothing loaded: its keys as given (see :func:`load_config`).
-
-    Read within :func:`polyvox.config.load_yaml`'s limits; every key, type and range is checked by
-    :class:`polyvox.config.RLFile` (tasks and their options by name, graders, ranges), so a wrong
-    key is one line naming the file and the key, before any problem set or model loads.
-    """
-    import dataclasses
-
-    from .. import config
-
-    raw = config.load_yaml(path)
-    if not isinstance(raw, dict):
-        raise ValueError(f"{path}: expected a mapping of RLConfig fields, got {type(raw).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(RLConfig)}
-    known = set(fields) - {"reward_fn"}
-    unknown = sorted(map(str, set(raw) - known))
-    if unknown:
-        raise ValueError(f"{path}: unknown keys {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    for key in ("model", "arm", "out"):
-        if not isinstance(raw.get(key), str):
-            raise ValueError(f"{path}: {key} must be text, got {raw.get(key)!r}")
-    for key, value in raw.items():
-        default = fields[key].default
-        if isinstance(default, (int, float)) and not isinstance(default, bool) and \
-                (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise ValueError(f"{path}: {key} must be a number, got {value!r}")
-    specs = raw.get("stages")
-    if not isinstance(specs, list) or not specs or not all(isinstance(x, dict) for x in specs):
-        raise ValueError(f"{path}: stages must be a non-empty list of mappings (name, steps, task …), got {specs!r}")
-    for i, spec in enumerate(specs, start=1):
-        if not isinstance(spec.get("name"), str) or not isinstance(spec.get("steps"), int) or spec["steps"] < 1:
-            raise ValueError(f"{path}: stage {i} needs a name and steps ≥ 1, got {spec!r}")
-    config.check_rl(raw, str(path))
-    return raw
-
-
-def load_config(path: str | Path, data_dir: str = "data") -> RLConfig:
-    """YAML config: RLConfig fields, plus ``stages`` (each: name, steps, a ``task`` and its
-    ``tasks.load`` options, e.g. ``level``/``limit`` or the world's ``levels``/``per_level``/
-    ``seed``/``split``) and an optional ``heldout`` spec of the same shape. The whole file is
-    checked first (:func:`check_config`): unknown keys, types and ranges are an error naming
-    the file and the key, before any problem set loads."""
-    raw = dict(check_config(path))
-    specs = raw.pop("stages")
-    stages = []
-    for spec in specs:
-        probs, task = _stage_problems(spec, data_dir)
-        stages.append(Stage(spec["name"], probs, spec["steps"], spec.get("grading", task)))
-    held = raw.pop("heldout", None)
-    heldout, held_grader = _stage_problems(held, data_dir) if held else ([], "integer")
-    return RLConfig(stages=stages, heldout=heldout, **{"heldout_grading": held_grader, **raw})
+# the config file's reading lives in .rlconfig; its functions are named here, where callers look for them
+from .rlconfig import check_config, load_config  # noqa: E402
