@@ -45,6 +45,12 @@ def base_folder(out: Path, models: Path, world: Path) -> Path:
         shutil.copytree(models / m, base / "models" / m)
     shutil.copy(world / "models" / "manifest.json", base / "models" / "manifest.json")
     shutil.copytree(world / "seed-0" / "panel-rl", base / "seed-0" / "panel-rl")
+    # the recording ships the weights of seed 0's hard-stage adapter only (data/runs/README.md): the
+    # panel climbs start from it, put where the pipeline reads the easy-stage adapter
+    easy = base / "seed-0" / "panel-rl" / "easy" / "adapter"
+    if not (easy / "adapter_model.safetensors").is_file():
+        shutil.rmtree(easy)
+        shutil.copytree(world / "seed-0" / "panel-rl" / "hard" / "adapter", easy)
     shutil.copytree(world / "bands", base / "bands")
     (base / "READY").write_text("")
     return base
@@ -53,6 +59,7 @@ def base_folder(out: Path, models: Path, world: Path) -> Path:
 def bench_scale(out: Path, seeds: list[int], climb_steps: int | None) -> Path:
     scale = yaml.safe_load((ROOT / "configs/world/h200.yaml").read_text())
     scale["seeds"] = [0, *seeds]
+    scale["eval"]["sweep_seeds"] = [k for k in scale["eval"]["sweep_seeds"] if k in scale["seeds"]]
     if climb_steps is not None:
         scale["rl"]["climb_steps"] = climb_steps
     path = out / "grid-bench.yaml"
@@ -111,6 +118,33 @@ def compare(a: Path, b: Path, runs: list[str]) -> dict:
     return out
 
 
+def write(path: str, results: list[dict], out: Path, gpu, scale: Path, earlier: list | None = None) -> dict | None:
+    """The JSON document of the arms run so far (ratios against the sequential arm of the same round,
+    records compared), after the ``earlier`` rounds (another call's, ``--append``)."""
+    seq = next((r for r in results if r["arm"] == "sequential"), None)
+    for r in results:
+        if seq is None or r is seq:
+            continue
+        r["ratio_vs_sequential"] = round(r["runs_per_device_minute"] / seq["runs_per_device_minute"], 3)
+        shared = [k for k in seq["run_seconds"] if k in r["run_seconds"]]
+        r["records_vs_sequential"] = compare(out / "sequential", out / r["arm"], shared)
+    rounds = [*(earlier or []), results]
+    ratios: dict[str, list[float]] = {}
+    for rnd in rounds:
+        for r in rnd:
+            if "ratio_vs_sequential" in r:
+                ratios.setdefault(r["arm"], []).append(r["ratio_vs_sequential"])
+    # the best K by its smallest ratio over the rounds (every round counts against the target)
+    best_arm = max(ratios, key=lambda k: min(ratios[k])) if ratios else None
+    best = {"arm": best_arm, "ratio_vs_sequential": min(ratios[best_arm]), "ratios": ratios[best_arm]} if best_arm else None
+    doc = {"bench": "grid", "what": "Part IV hill-climb grid (seed × arm), runs per device-minute", "gpu": gpu,
+           "scale": yaml.safe_load(scale.read_text()), "rounds": rounds, "ratios_by_arm": ratios, "best": best,
+           "target": ">= 4x sequential at the best K", "cpu_count": os.cpu_count()}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(doc, indent=1) + "\n")
+    return best
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="scratch folder for the arms' run folders")
@@ -121,6 +155,7 @@ def main() -> int:
     ap.add_argument("--ks", default="1,2,4,8")
     ap.add_argument("--order", default=None, help="arm order, e.g. K=8,sequential,K=2,... (default: interleaved)")
     ap.add_argument("--runs-at", default="sequential:4,K=1:4,K=2:4", help="arm:runs for arms that run fewer")
+    ap.add_argument("--append", action="store_true", help="add this call's arms as a new round to --json")
     ap.add_argument("--climb-steps", type=int, default=None, help="override the scale's climb steps (default: h200's)")
     a = ap.parse_args()
     out = Path(a.out)
@@ -129,28 +164,20 @@ def main() -> int:
     base = base_folder(out, Path(a.models), Path(a.world))
     scale = bench_scale(out, seeds, a.climb_steps)
     ks = [int(k) for k in a.ks.split(",")]
-    arms = a.order.split(",") if a.order else ["sequential", *[f"K={k}" for k in reversed(ks)]]
+    # the sequential arm first (every ratio needs it), then the largest K: a cut-off bench loses K=1 first
+    arms = a.order.split(",") if a.order else ["sequential", *[f"K={k}" for k in sorted(ks, reverse=True)]]
     fewer = dict(x.split(":") for x in a.runs_at.split(",") if x)
+    earlier = json.loads(Path(a.json).read_text())["rounds"] if a.append and Path(a.json).is_file() else []
     results = []
+    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+                         capture_output=True, text=True).stdout.strip() if shutil.which("nvidia-smi") else None
     for arm in arms:
         n = int(fewer.get(arm, len(seeds) * len(ARMS)))
         results.append(run_arm(arm, base, out, scale, seeds[: max(1, n // len(ARMS))]))
-    seq = next(r for r in results if r["arm"] == "sequential")
-    for r in results:
-        r["ratio_vs_sequential"] = round(r["runs_per_device_minute"] / seq["runs_per_device_minute"], 3)
-        shared = [k for k in seq["run_seconds"] if k in r["run_seconds"]]
-        if r["arm"] != "sequential":
-            r["records_vs_sequential"] = compare(out / "sequential", out / r["arm"], shared)
-    best = max((r for r in results if r["arm"] != "sequential"), key=lambda r: r["runs_per_device_minute"])
-    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
-                         capture_output=True, text=True).stdout.strip() if shutil.which("nvidia-smi") else None
-    doc = {"bench": "grid", "what": "Part IV hill-climb grid (seed × arm), runs per device-minute", "gpu": gpu,
-           "scale": yaml.safe_load(scale.read_text()), "rounds": [results],
-           "best": {"arm": best["arm"], "ratio_vs_sequential": best["ratio_vs_sequential"]},
-           "target": ">= 4x sequential at the best K", "cpu_count": os.cpu_count()}
-    Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.json).write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"best: {best['arm']} at {best['ratio_vs_sequential']}x sequential; written {a.json}")
+        write(a.json, results, out, gpu, scale, earlier)  # after every arm: a cut-off bench keeps what it measured
+    best = write(a.json, results, out, gpu, scale, earlier)
+    if best:
+        print(f"best: {best['arm']} at {best['ratio_vs_sequential']}x sequential; written {a.json}")
     return 0
 
 

@@ -170,3 +170,19 @@ def test_the_loop_runs_a_peft_adapter_like_generate(tiny, lora):
     loop = TransformersBackend(str(tiny), adapter=str(lora), static_cache=True).generate(reqs, params)
     eager = TransformersBackend(str(tiny), adapter=str(lora), static_cache=False).generate(reqs, params)
     assert [c.text for c in loop] == [c.text for c in eager]
+
+
+def test_the_loop_runs_in_the_models_dtype_inside_a_bf16_autocast(loaded):
+    """GRPO's held-out evaluation samples the training model (fp32 weights) inside bf16 autocast: the
+    loop's KV cache is in the weights' dtype, and autocast's bf16 keys once failed to be written to it
+    (found on the H200 by the grid bench: every hill-climb died at its first held-out evaluation)."""
+    import torch
+
+    from polyvox.backends.hf import generate_batched
+
+    model, tok = loaded
+    params = SamplingParams(max_tokens=12, temperature=1.0)
+    plain = generate_batched(model, tok, _requests(4), params, 4, "cpu", static=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        autocast = generate_batched(model, tok, _requests(4), params, 4, "cpu", static=True)
+    assert [c.text for c in autocast] == [c.text for c in plain]  # autocast is off inside the loop
