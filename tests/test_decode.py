@@ -186,3 +186,32 @@ def test_the_loop_runs_in_the_models_dtype_inside_a_bf16_autocast(loaded):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         autocast = generate_batched(model, tok, _requests(4), params, 4, "cpu", static=True)
     assert [c.text for c in autocast] == [c.text for c in plain]  # autocast is off inside the loop
+
+
+def test_grpo_held_out_sampling_of_a_model_prepared_for_bf16_by_accelerate(loaded):
+    """accelerate's ``prepare`` under bf16 wraps ``forward`` in an autocast of its own, which
+    ``unwrap_model`` keeps: GRPO's held-out evaluation takes that wrapper off while it samples (the
+    H200 grid bench's every hill-climb died there), and puts it back for training."""
+    import torch
+    from accelerate import Accelerator
+
+    from polyvox.backends.hf import generate_batched
+    from polyvox.train.grpo import plain_forward
+
+    model, tok = loaded
+    params = SamplingParams(max_tokens=12, temperature=1.0)
+    plain = generate_batched(model, tok, _requests(4), params, 4, "cpu", static=True)
+    prepared = Accelerator(mixed_precision="bf16", cpu=True).prepare(model)
+    try:
+        with pytest.raises(RuntimeError, match="dtype"):  # what the wrapper does to the loop's fp32 cache
+            generate_batched(prepared, tok, _requests(4), params, 4, "cpu", static=True)
+        wrapper = prepared.forward
+        with plain_forward(prepared):
+            assert [c.text for c in generate_batched(prepared, tok, _requests(4), params, 4, "cpu",
+                                                     static=True)] == [c.text for c in plain]
+        assert prepared.forward is wrapper  # training keeps its autocast
+        with torch.no_grad():
+            ids = tok("What is 2 plus 2?", return_tensors="pt").input_ids
+            assert prepared(ids).logits.dtype == torch.float32  # convert_outputs_to_fp32 still on
+    finally:
+        prepared.forward = prepared.__dict__.pop("_original_forward")

@@ -38,6 +38,7 @@ sample keeps its own seed, so the result is the one-process result).
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -110,6 +111,23 @@ def prompt_for(arm: str, text: str, tokenizer) -> str:
     return formats.build_prompt("panel" if arm == "panel" else "think", text, tokenizer).text
 
 
+@contextlib.contextmanager
+def plain_forward(model):
+    """``model`` without the autocast wrapper that accelerate's ``prepare`` puts on its ``forward`` under
+    mixed precision (kept by ``unwrap_model``): held-out sampling runs in the weights' dtype, whose KV cache
+    the decode loop allocates. The trainer's own forward is put back afterwards (``unwrap_model(...,
+    keep_fp32_wrapper=False)`` would remove it for the rest of training)."""
+    wrapped, original = model.__dict__.get("forward"), model.__dict__.get("_original_forward")
+    if wrapped is None or original is None:
+        yield model
+        return
+    model.forward = original
+    try:
+        yield model
+    finally:
+        model.forward = wrapped
+
+
 def evaluate(model, tokenizer, arm: str, problems, samples: int = 4, max_tokens: int = 384, seed: int = 0,
              batch_size: int = 256, device: str = "cpu", grader: str = "integer", rank: int = 0,
              processes: int = 1) -> dict:
@@ -128,7 +146,8 @@ def evaluate(model, tokenizer, arm: str, problems, samples: int = 4, max_tokens:
     mine = list(range(rank, len(problems), processes))
     reqs = [Request(prompt_for(arm, problems[j].text, tokenizer), seed=sample_seed(seed, problems[j].id, i))
             for j in mine for i in range(samples)]
-    outs = generate_batched(model, tokenizer, reqs, SamplingParams(max_tokens, 1.0), batch_size, device) if reqs else []
+    with plain_forward(model):
+        outs = generate_batched(model, tokenizer, reqs, SamplingParams(max_tokens, 1.0), batch_size, device) if reqs else []
     grades = grade_completions(grader, [o.text for o in outs], [problems[j].gold for j in mine for _ in range(samples)])
     correct = np.array([g.correct for g in grades], dtype=float).reshape(len(mine), samples)
     tokens = np.array([o.completion_tokens for o in outs], dtype=float).reshape(len(mine), samples)
