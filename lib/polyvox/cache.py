@@ -39,7 +39,10 @@ from .records import RecordError, append_jsonl, iter_jsonl, repair_truncated_tai
 
 
 def request_key(identity: dict, request: Request, params: SamplingParams) -> str:
-    blob = json.dumps({"identity": identity, "request": asdict(request), "params": asdict(params)},
+    req = asdict(request)
+    if req.get("adapter") is None:  # requests without their own adapter keep the keys of earlier caches
+        req.pop("adapter", None)
+    blob = json.dumps({"identity": identity, "request": req, "params": asdict(params)},
                       sort_keys=True, ensure_ascii=False, default=list)
     return hashlib.sha256(blob.encode()).hexdigest()
 

@@ -44,7 +44,7 @@ class Request:
     template_kwargs: dict = field(default_factory=dict)  # chat endpoints: e.g. {"enable_thinking": False}
     # this request's own LoRA adapter folder (None: the backend's own adapter, if any). Read by the vllm
     # backend (one LoRARequest per folder, many adapters in one engine); the transformers and openai
-    # backends do not read it: give them requests without one
+    # backends refuse a request whose adapter is not their own (refuse_request_adapters)
     adapter: str | None = None
 
     @classmethod
@@ -327,3 +327,15 @@ def adapter_identity(adapter: str | os.PathLike | None) -> str | None:
     from ..records import sha256_tree
 
     return sha256_tree(adapter)
+
+
+def refuse_request_adapters(backend: str, requests, own: str | None) -> None:
+    """One line, before anything is sampled, when a request names an adapter this backend would not apply
+    (only the vllm backend serves adapters per request; the others apply the one they loaded)."""
+    from pathlib import Path
+
+    for r in requests:
+        if r.adapter is not None and (own is None or Path(r.adapter).resolve() != Path(own).resolve()):
+            raise ValueError(f"the {backend} backend samples every request with its own adapter ({own or 'none'}); "
+                             f"a request names {r.adapter}: use the vllm backend for adapters per request")
+

@@ -28,7 +28,7 @@ import json
 import time
 from pathlib import Path
 
-from .base import Completion, LocalBackend, Request, SamplingParams, register_backend
+from .base import Completion, LocalBackend, Request, SamplingParams, refuse_request_adapters, register_backend
 
 SAMPLER = "gumbel-counter-splitmix64-v1"  # part of the backend's identity: another sampler, other outputs
 
@@ -121,6 +121,7 @@ class TransformersBackend(LocalBackend):
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model = AutoModelForCausalLM.from_pretrained(model, dtype=torch_dtype, trust_remote_code=False,
                                                           use_safetensors=True).to(self.device)
+        self.adapter_path = adapter
         if adapter:
             from peft import PeftModel
 
@@ -138,6 +139,7 @@ class TransformersBackend(LocalBackend):
                 "dtype": options.get("dtype") or "auto: bf16 on GPU, fp32 on CPU"}
 
     def generate(self, requests: list[Request], params: SamplingParams) -> list[Completion]:
+        refuse_request_adapters("transformers", requests, self.adapter_path)
         return generate_batched(self.model, self.tokenizer, requests, params, self.batch_size, self.device,
                                 self.static, self.stats)
 

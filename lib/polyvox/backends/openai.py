@@ -45,7 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..formats import PANEL_STOP, FORMATS, Prompt, panel_prompt
 from ..records import scrub_text
-from .base import Completion, Request, SamplingParams, register_backend
+from .base import Completion, Request, SamplingParams, refuse_request_adapters, register_backend
 
 MIN_KEY_CHARS = 6
 _KEY_SHAPE = re.compile(r"[\x21-\x7e]+")  # what an HTTP header carries safely: printable ASCII, no spaces
@@ -294,6 +294,8 @@ class OpenAIBackend:
         return RuntimeError(" ".join(scrub_text(message, *self.secrets()).split()))
 
     def generate(self, requests: list[Request], params: SamplingParams) -> list[Completion]:
+        # a served model applies its own adapter (if any): a request's adapter would be silently ignored
+        refuse_request_adapters("openai", requests, None)
         self.client()
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
             return list(pool.map(lambda r: self._one(r, params), requests))
