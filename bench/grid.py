@@ -8,7 +8,8 @@ first seed. Arms, each into a fresh copy of that starting point, in one process 
 
 - ``sequential``: ``polyvox world run --stages hillclimb-panel,hillclimb-think --seeds …`` (one
   process, the stages one after another: the path the pipeline took before the launcher);
-- ``K=k``: the same command with ``--parallel k`` (polyvox.launch: one process per run, k at once).
+- ``K=k``: the same command with ``--parallel k`` (polyvox.launch: one process per run, k at once);
+  ``K=k+mps`` (``--order``) adds ``--mps``: the workers share the GPU through CUDA's Multi-Process Service.
 
 Rate = runs ÷ wall minutes, the wall time of the whole command (process start-up, model loading and the
 launcher's polling included). Each arm runs the whole grid unless ``--runs-at`` gives it fewer runs (a
@@ -74,8 +75,8 @@ def run_arm(arm: str, base: Path, out: Path, scale: Path, seeds: list[int]) -> d
     (folder / "READY").unlink()
     cmd = [sys.executable, "-m", "polyvox.cli", "world", "run", "--out", str(folder), "--scale", str(scale),
            "--stages", "hillclimb-panel,hillclimb-think", "--seeds", *map(str, seeds)]
-    if arm != "sequential":
-        cmd += ["--parallel", arm.split("=")[1]]
+    if arm != "sequential":  # K=8, or K=8+mps (the workers share the GPU through CUDA's MPS)
+        cmd += ["--parallel", arm.split("=")[1].removesuffix("+mps")] + (["--mps"] if arm.endswith("+mps") else [])
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     wall = time.perf_counter() - t0

@@ -159,3 +159,36 @@ def test_world_grid_over_two_ranks_under_torchrun(tmp_path):
     assert all(j["status"] == "complete" for r in ranks for j in r["jobs"])
     assert json.loads((tmp_path / "two/manifest.json").read_text())["status"] == "stages complete"
     assert _logs(tmp_path / "two", (0, 1))[1]
+
+
+def test_mps_daemon_starts_once_serves_the_workers_and_quits(tmp_path, monkeypatch):
+    """CUDA's MPS cannot run here: a stand-in ``nvidia-cuda-mps-control`` on PATH records how it is called
+    (``-d`` to start; ``quit`` on stdin to stop), and the workers' environment is checked."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    fake = bin_dir / "nvidia-cuda-mps-control"
+    fake.write_text(f"#!{sys.executable}\nimport os, sys\n"
+                    f"open({str(calls)!r}, 'a').write(' '.join(sys.argv[1:]) + '|' + sys.stdin.read().strip() + '|'"
+                    " + os.environ['CUDA_MPS_PIPE_DIRECTORY'] + '|' + os.environ.get('CUDA_VISIBLE_DEVICES', '-') + "
+                    "'\\n')\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    where = launch.Placement(gpus=["1"], per_gpu=2)
+    script = "import os,sys; open(sys.argv[1],'w').write(os.environ['CUDA_MPS_PIPE_DIRECTORY'])"
+    with launch.mps_daemon(tmp_path / "run", where) as env:
+        where.extra.update(env)
+        launch.run_jobs([launch.Job("w", [sys.executable, "-c", script, str(tmp_path / "w")])], where,
+                        tmp_path / "logs", progress=False)
+    lines = calls.read_text().splitlines()
+    start, stop = (line.split("|") for line in lines)
+    assert start[0] == "-d" and stop[1] == "quit" and len(lines) == 2
+    assert start[3] == "-"  # the daemon serves every GPU; each worker names its own
+    assert (tmp_path / "w").read_text() == start[2] == env["CUDA_MPS_PIPE_DIRECTORY"]
+
+
+def test_mps_without_the_daemon_program_is_one_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(RuntimeError, match="nvidia-cuda-mps-control is not on PATH"):
+        with launch.mps_daemon(tmp_path, launch.Placement()):
+            pass

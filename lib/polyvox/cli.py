@@ -149,7 +149,8 @@ def _cmd_explore(args) -> int:
 def _cmd_world(args) -> int:
     from .studies.world.pipeline import STAGES, run
 
-    run(args.out, args.scale, args.stages or STAGES, seeds=args.seeds, parallel=args.parallel, gpus=args.gpus)
+    run(args.out, args.scale, args.stages or STAGES, seeds=args.seeds, parallel=args.parallel, gpus=args.gpus,
+        mps=args.mps)
     print(f"world runs: {args.out}")
     return 0
 

@@ -25,11 +25,15 @@ goes to ``launch/rank-<r>/<job>.log`` under the run folder.
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -104,10 +108,6 @@ def placement(per_gpu: int, gpus: list[str] | None = None) -> Placement:
     return Placement(rank, world, gpus, per_gpu)
 
 
-def _log_name(name: str) -> str:
-    return name.replace("/", "__") + ".log"
-
-
 def run_jobs(jobs: list[Job], where: Placement, logs: Path, *, done: Callable[[str], bool] = lambda name: False,
              others: Callable[[], dict[str, str]] = dict, report: Callable[[list[JobResult]], None] | None = None,
              progress: bool = True, log_root: Path | None = None) -> list[JobResult]:
@@ -156,12 +156,13 @@ def run_jobs(jobs: list[Job], where: Placement, logs: Path, *, done: Callable[[s
                     continue
                 gpu = free.pop(0)
                 env = dict(os.environ)
+                env.update(where.extra)  # e.g. the MPS daemon's pipe folder
                 if gpu is not None:
                     env["CUDA_VISIBLE_DEVICES"] = gpu
                 for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                             "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_RUN_ID"):
                     env.pop(var, None)  # a worker is a one-process run, whatever launched the launcher
-                log = open(logs / _log_name(j.name), "w", encoding="utf-8")
+                log = open(logs / (j.name.replace("/", "__") + ".log"), "w", encoding="utf-8")
                 proc = subprocess.Popen(j.argv, stdout=log, stderr=subprocess.STDOUT, env=env,
                                         start_new_session=True)
                 running[j.name] = (proc, time.time(), gpu, log)
@@ -174,7 +175,7 @@ def run_jobs(jobs: list[Job], where: Placement, logs: Path, *, done: Callable[[s
                 free.append(gpu)
                 status = RunStatus.COMPLETE if rc == 0 else RunStatus.FAILED
                 # the log's path relative to the run folder (launch/rank-<r>/<job>.log): a run folder moves whole
-                log_path = logs / _log_name(name)
+                log_path = logs / (name.replace("/", "__") + ".log")
                 shown = os.path.relpath(log_path, log_root) if log_root is not None else str(log_path)
                 finish(JobResult(name, status, round(time.time() - t0, 2), gpu, rc, shown, where.rank))
             if len(results) < total:
@@ -215,35 +216,71 @@ def worker_argv(factory: str, kwargs: dict, folder: str) -> list[str]:
 
 
 def run_pipeline(pipeline, names, factory: str, kwargs: dict, per_gpu: int = 1, gpus: list[str] | None = None,
-                 progress: bool = True) -> dict[str, float | None]:
+                 progress: bool = True, mps: bool = False) -> dict[str, float | None]:
     """Run ``pipeline``'s stages ``names`` with K = ``per_gpu`` workers per GPU (see the module docstring).
 
-    ``factory`` ("module:function") and ``kwargs`` rebuild the same pipeline in each worker. Returns seconds
+    ``factory`` ("module:function") and ``kwargs`` rebuild the same pipeline in each worker. ``mps``: the
+    workers share each GPU through CUDA's Multi-Process Service (:func:`mps_daemon`). Returns seconds
     per stage folder; raises when a job failed (after every job that could run has run)."""
     where = placement(per_gpu, gpus)
-    root = Path(pipeline.out) / LAUNCH_DIR
     todo = pipeline.todo(names)
-    # every rank validates; rank 0 alone takes the root lock and writes the root manifest
-    pipeline.check(todo)
+    pipeline.check(todo)  # every rank validates; rank 0 alone takes the root lock and writes the root manifest
+    if not mps:
+        return _launch(pipeline, todo, factory, kwargs, where, progress)
+    with mps_daemon(pipeline.out, where) as env:
+        where.extra.update(env)
+        return _launch(pipeline, todo, factory, kwargs, where, progress)
+
+
+def _launch(pipeline, todo, factory, kwargs, where: Placement, progress: bool) -> dict[str, float | None]:
+    root = Path(pipeline.out) / LAUNCH_DIR
     dist = _group(where)
 
+    def jobs_of(p) -> list[Job]:
+        return [Job(folder, worker_argv(factory, kwargs, folder), after) for folder, after in p.graph(todo)]
+
     def execute(p, todo) -> dict:
-        graph = p.graph(todo)
-        jobs = [Job(folder, worker_argv(factory, kwargs, folder), after) for folder, after in graph]
         _barrier(dist)  # the root manifest is written: the other ranks may start
-        results = _run_rank(p, jobs, where, root, progress)
+        results = _run_rank(p, jobs_of(p), where, root, progress)
         _barrier(dist)
-        everything = _gather(dist, results)
-        return _finish(p, everything)
+        return _finish(p, _gather(dist, results))
 
     if where.rank == 0:
         return pipeline.run(todo, execute=execute)
     _barrier(dist)
-    results = _run_rank(pipeline, [Job(f, worker_argv(factory, kwargs, f), a) for f, a in pipeline.graph(todo)],
-                        where, root, progress)
+    results = _run_rank(pipeline, jobs_of(pipeline), where, root, progress)
     _barrier(dist)
     _gather(dist, results)
     return {r.name: r.seconds for r in results}
+
+
+@contextlib.contextmanager
+def mps_daemon(out, where: Placement):
+    """CUDA's Multi-Process Service for a launch. Without it, processes sharing a GPU take turns on it
+    (time-slicing), so small runs whose kernels each fill a few of its SMs gain only the overlap of their
+    host-side work; with it, kernels of several processes run at once. One control daemon per host, started
+    by local rank 0 (``nvidia-cuda-mps-control -d``; pipe and log folders under the system's temp folder,
+    named after the run folder so that every rank finds them), serving every GPU; stopped (``quit``) at the
+    end. Yields the variables the workers need."""
+    exe = shutil.which("nvidia-cuda-mps-control")
+    if exe is None:
+        raise RuntimeError("--mps: nvidia-cuda-mps-control is not on PATH (CUDA's Multi-Process Service comes "
+                           "with the NVIDIA driver's utilities)")
+    tag = hashlib.sha256(str(Path(out).resolve()).encode()).hexdigest()[:10]
+    base = Path(tempfile.gettempdir()) / f"polyvox-mps-{tag}"
+    env = {"CUDA_MPS_PIPE_DIRECTORY": str(base / "pipe"), "CUDA_MPS_LOG_DIRECTORY": str(base / "log")}
+    full = {**os.environ, **env}
+    full.pop("CUDA_VISIBLE_DEVICES", None)  # the daemon serves every GPU; each worker names its own
+    starter = int(os.environ.get("LOCAL_RANK", where.rank)) == 0
+    if starter:
+        for d in env.values():
+            Path(d).mkdir(parents=True, exist_ok=True)
+        subprocess.run([exe, "-d"], env=full, check=True, timeout=60)
+    try:
+        yield env
+    finally:
+        if starter:
+            subprocess.run([exe], input="quit\n", text=True, env=full, timeout=60)
 
 
 def _run_rank(p, jobs, where: Placement, root: Path, progress: bool) -> list[JobResult]:
@@ -306,8 +343,7 @@ def _group(where: Placement):
 
 
 def _barrier(dist) -> None:
-    if dist is not None:
-        dist.barrier()
+    dist is not None and dist.barrier()
 
 
 def _gather(dist, results: list[JobResult]) -> list[JobResult]:
@@ -358,3 +394,6 @@ def add_arguments(parser) -> None:
                         help="run the stages as a job graph, K worker processes per GPU at once (polyvox.launch); "
                              "under torchrun each rank takes its share on its own GPU")
     parser.add_argument("--gpus", type=gpus, default=None, help="with --parallel: the GPUs to use (default: all visible)")
+    parser.add_argument("--mps", action="store_true",
+                        help="with --parallel: share each GPU through CUDA's Multi-Process Service (kernels of "
+                             "several workers at once, instead of taking turns)")

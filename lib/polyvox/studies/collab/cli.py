@@ -23,7 +23,8 @@ def _cmd_run(args) -> int:
 
     todo = args.stages or STAGES  # names checked as the command line was parsed
     try:
-        times = run(args.out, args.scale, todo, models_dir=args.models, parallel=args.parallel, gpus=args.gpus)
+        times = run(args.out, args.scale, todo, models_dir=args.models, parallel=args.parallel, gpus=args.gpus,
+                    mps=args.mps)
     except (AgentError, ValueError) as exc:
         from ...records import scrub_text
 

@@ -250,7 +250,7 @@ def check(out: str | Path, s: dict, todo=STAGES, models_dir: str | Path | None =
 
 
 def run(out: str | Path, scale: str | Path = "smoke", todo=STAGES, models_dir: str | Path | None = None,
-        parallel: int | None = None, gpus: list[str] | None = None) -> dict:
+        parallel: int | None = None, gpus: list[str] | None = None, mps: bool = False) -> dict:
     """Run the stages ``todo`` in order into out/<stage>/ (skipping complete ones); returns seconds per stage.
 
     Validate first, write second: the stage names, the scale, the root and the stage folders are
@@ -263,4 +263,4 @@ def run(out: str | Path, scale: str | Path = "smoke", todo=STAGES, models_dir: s
     if parallel is None:
         return p.run(todo)
     return launch.run_pipeline(p, todo, f"{__name__}:pipeline", {"out": str(out), "s": s, "models_dir":
-                               str(models_dir) if models_dir else None}, per_gpu=parallel, gpus=gpus)
+                               str(models_dir) if models_dir else None}, per_gpu=parallel, gpus=gpus, mps=mps)

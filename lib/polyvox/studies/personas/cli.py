@@ -68,7 +68,8 @@ def _cmd_judge(args) -> int:
 def _cmd_personas_run(args) -> int:
     from . import pipeline
 
-    out = pipeline.run(args.out, args.scale, args.stages or pipeline.STAGES, parallel=args.parallel, gpus=args.gpus)
+    out = pipeline.run(args.out, args.scale, args.stages or pipeline.STAGES, parallel=args.parallel, gpus=args.gpus,
+                       mps=args.mps)
     print(f"personas run folder: {out}")
     return 0
 

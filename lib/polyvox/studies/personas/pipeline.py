@@ -113,7 +113,7 @@ def check(out: str | Path, s: dict, todo=STAGES) -> None:
 
 
 def run(out: str | Path, scale: str | Path = "cpu", todo=STAGES, parallel: int | None = None,
-        gpus: list[str] | None = None) -> Path:
+        gpus: list[str] | None = None, mps: bool = False) -> Path:
     """Every stage of ``todo`` for a scale into ``out``, skipping what is complete (resumable).
 
     Validate first, write second: the stage names, the scale, the root and every stage folder are
@@ -126,5 +126,5 @@ def run(out: str | Path, scale: str | Path = "cpu", todo=STAGES, parallel: int |
         pipeline(out, s).run(todo)
     else:
         launch.run_pipeline(pipeline(out, s), todo, f"{__name__}:pipeline", {"out": str(out), "s": s},
-                            per_gpu=parallel, gpus=gpus)
+                            per_gpu=parallel, gpus=gpus, mps=mps)
     return Path(out)

@@ -278,7 +278,7 @@ def check(out: str | Path, s: dict, todo=STAGES, seeds=None) -> None:
 
 
 def run(out: str | Path, scale: str | Path = "smoke", todo=STAGES, seeds=None, parallel: int | None = None,
-        gpus: list[str] | None = None) -> Path:
+        gpus: list[str] | None = None, mps: bool = False) -> Path:
     """Run the stages ``todo`` into out/, seed by seed, skipping those already complete (resumable).
 
     ``parallel``: run the stages as a job graph, that many worker processes per GPU at once
@@ -289,5 +289,5 @@ def run(out: str | Path, scale: str | Path = "smoke", todo=STAGES, seeds=None, p
         p.run(todo)
     else:
         launch.run_pipeline(p, todo, f"{__name__}:pipeline", {"out": str(out), "s": s, "seeds": seeds},
-                            per_gpu=parallel, gpus=gpus)
+                            per_gpu=parallel, gpus=gpus, mps=mps)
     return Path(out)
