@@ -135,25 +135,108 @@ def copy_book(root: Path, dest: Path) -> Path:
 def built_book(root, tmp_path_factory):
     """The whole book built once per test session from a copy of its sources (every chapter through
     papermill, then Jupyter Book): (folder, build report, params file). Tests that change inputs and
-    rebuild work on their own copy (test_book.rebuilt)."""
+    rebuild work on their own copy (test_book.rebuilt).
+
+    Once per session, not per worker: under pytest-xdist the first worker that needs it builds it and the
+    other reads the same folder and report (tests/_shared_runs.py), so the book's chapters execute once."""
     import yaml
 
+    from _shared_runs import once
     from polyvox import book
 
-    dest = copy_book(root, tmp_path_factory.mktemp("book"))
-    params = dest / "params.yaml"
-    params.write_text(yaml.safe_dump({"all": {"data_dir": "data"}}))
-    return dest, book.build(dest, params_file=params, progress=False), params
+    def build(folder: Path):
+        dest = copy_book(root, folder)
+        params = dest / "params.yaml"
+        params.write_text(yaml.safe_dump({"all": {"data_dir": "data"}}))
+        return book.build(dest, params_file=params, progress=False)
+
+    dest, report = once(tmp_path_factory, "book", build)
+    return dest, report, dest / "params.yaml"
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "after_book: reads the session book build from any xdist worker and runs "
+                                       "after the other tests (conftest.pytest_collection_modifyitems)")
+
+
+def _module_scoped_fixture(item) -> bool:
+    """Whether the test uses a module-scoped fixture (a server, a trained model, a copy of the repository)."""
+    info = getattr(item, "_fixtureinfo", None)
+    for name in getattr(item, "fixturenames", ()):
+        defs = info.name2fixturedefs.get(name) if info else None
+        if defs and defs[-1].scope == "module":
+            return True
+    return False
+
+
+def _tag_group(item, name: str) -> None:
+    """Write the test's xdist group into its id (``…@book``), where the controller reads it.
+
+    pytest-xdist 3.8 does this in its own hook by setting ``item._nodeid``, which pytest 9.2 no longer reads
+    (``Node.nodeid`` is ``str(item._id)``): under that pair every group was ignored, and each worker built
+    the book. Written here where pytest reads it; xdist's own write, when it works, then finds it done."""
+    nodeid = item.nodeid
+    if nodeid.endswith("@" + name):
+        return
+    if hasattr(item, "_id"):
+        from _pytest.nodeid import NodeId
+
+        item._id = NodeId.parse(f"{nodeid}@{name}")
+    else:
+        item._nodeid = f"{nodeid}@{name}"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups into the test ids (worker side)
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``make test`` runs two workers, one per core), every test that reads the one
-    session book build runs on the same worker (``--dist loadgroup``), so the book is built once."""
-    # the browser tests too: Playwright's sync API refuses to start in a worker where an earlier test
-    # (a notebook kernel client) left an asyncio loop marked running; the book's worker starts them cleanly
+    """Under pytest-xdist (``make test`` runs two workers, one per core, ``--dist loadgroup
+    --no-loadscope-reorder``: each group is handed out whole, then the other tests one by one, in the order
+    set here):
+
+    - the book group (test_book, the browser tests) comes first: one worker builds the session's book
+      (``built_book``) at once and runs the tests that read it;
+    - then a group for each module whose tests share a module-scoped fixture (a server, a model, a workspace,
+      test_rerun's copy of the repository with runs in it), so the fixture is made once, on one worker, and
+      the module's tests run in order there; test_rerun first (minutes), the others largest first;
+    - then the other tests, one by one, as a worker is free;
+    - last the ``after_book`` tests (test_commands: every command of the README and the built book): they read
+      the same build from either worker (``built_book`` is shared), so the worker that did not build the book
+      reaches them once the build is done, and both workers share them.
+
+    The groups reach the controller in the tests' ids (:func:`_tag_group`).
+    """
+    # the browser tests need the book's worker: Playwright's sync API refuses to start in a worker where an
+    # earlier test (a notebook kernel client) left an asyncio loop marked running; the book's worker starts
+    # them cleanly
+    group = {}
     for item in items:
-        if "built_book" in getattr(item, "fixturenames", ()) or "browser" in item.module.__name__:
-            item.add_marker(pytest.mark.xdist_group("book"))
+        if item.get_closest_marker("after_book"):
+            continue
+        names = getattr(item, "fixturenames", ())
+        marked = item.get_closest_marker("xdist_group")
+        if marked:  # a test that names its group itself
+            group[id(item)] = marked.args[0] if marked.args else marked.kwargs.get("name", "default")
+        elif "built_book" in names or "browser" in names or "browser" in item.module.__name__:
+            group[id(item)] = "book"
+        elif _module_scoped_fixture(item):
+            group[id(item)] = item.module.__name__
+    for item in items:
+        if id(item) in group and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(group[id(item)]))
+        if id(item) in group and getattr(config.option, "loadgroup", False):  # a worker of --dist loadgroup
+            _tag_group(item, group[id(item)])
+    size = {}
+    for g in group.values():
+        size[g] = size.get(g, 0) + 1
+
+    def rank(item):
+        g = group.get(id(item))
+        if item.get_closest_marker("after_book"):
+            return (4, 0, "")
+        if g is None:
+            return (3, 0, "")
+        return (0 if g == "book" else 1 if g == "test_rerun" else 2, -size[g], g)
+
+    items.sort(key=rank)  # stable: within a rank, collection order
 
 
 @pytest.fixture(scope="session")

@@ -16,13 +16,22 @@ dropped; each line is one command line. Each line is classed:
   exit 0, and every ``--flag`` the line uses must be in that help (for ``polyvox run``: every ``-p`` name
   must be a parameter of the chapter). ``make TARGET`` runs as ``make -n TARGET`` (a dry run).
 
-An unknown program (``polyvox`` without ``.venv/bin/``, not on a fresh shell's PATH) fails. All failures of
-a page are reported together; the counts are printed (``-s`` shows them).
+An unknown program (``polyvox`` without ``.venv/bin/``, not on a fresh shell's PATH) fails. Each page is a
+test of its own (``test_every_command_of_the_page_runs[PAGE]``: README.md and every page of ``_toc.yml``),
+so ``make test``'s two workers share the pages; all failures of a page are reported together, and one more
+test checks that every page with commands is among them and prints the counts (``-s`` shows them).
+
+Work done once: the same line on two pages — the same words but its ``--out`` folder, one polyvox command
+that writes one new folder, met in the same checkout (the same files outside the folders the page's earlier
+such lines wrote; for each of those the line names, the same earlier line, the folder unchanged since) — runs
+once per session; the other page gets a copy of its folder and its exit (:class:`Page`). A program's
+``--help`` (and ``make -n``) is read once per worker.
 """
 from __future__ import annotations
 
 import ast
 import fnmatch
+import hashlib
 import html
 import json
 import os
@@ -34,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from _shared_runs import once
 
 pytestmark = pytest.mark.slow
 
@@ -164,6 +174,18 @@ def chapter_parameters(root: Path, chapter: str) -> set[str] | None:
     return set()
 
 
+_HELP: dict[tuple, subprocess.CompletedProcess] = {}
+
+
+def _help_run(argv: list[str], checkout: Path, env: dict) -> subprocess.CompletedProcess:
+    """``PROGRAM … --help`` (or ``make -n``) once per worker and argument list: the same help is read again for
+    every line that uses the program (the checkout and its environment are the same for all of them)."""
+    key = (str(checkout), *argv)
+    if key not in _HELP:
+        _HELP[key] = subprocess.run(argv, cwd=checkout, env=env, capture_output=True, text=True, timeout=120)
+    return _HELP[key]
+
+
 def check_help(cmd: Command, checkout: Path, env: dict) -> list[str]:
     """Each simple command: its program exists, ``PROGRAM SUBCOMMANDS --help`` exits 0, its flags are in the help."""
     problems = []
@@ -177,8 +199,7 @@ def check_help(cmd: Command, checkout: Path, env: dict) -> list[str]:
             continue
         if Path(prog).name == "make":
             targets = [w for w in words[1:] if not w.startswith("-")]
-            proc = subprocess.run(["make", "-n", *targets], cwd=checkout, env=env, capture_output=True, text=True,
-                                  timeout=120)
+            proc = _help_run(["make", "-n", *targets], checkout, env)
             if proc.returncode:
                 problems.append(f"make -n {' '.join(targets)}: exit {proc.returncode}: {proc.stderr.strip()[-300:]}")
             continue
@@ -190,7 +211,7 @@ def check_help(cmd: Command, checkout: Path, env: dict) -> list[str]:
         if prog.endswith(("python", "python3")) and head[:1] == [] and words[1:3][:1] == ["-m"]:
             head = words[1:3]  # python3 -m MODULE --help
         argv = [str(exe), *head, "--help"]
-        proc = subprocess.run(argv, cwd=checkout, env=env, capture_output=True, text=True, timeout=120)
+        proc = _help_run(argv, checkout, env)
         if proc.returncode:
             problems.append(f"{' '.join([prog, *head])} --help: exit {proc.returncode}: "
                             f"{(proc.stderr or proc.stdout).strip()[-300:]}")
@@ -219,10 +240,141 @@ def run_line(cmd: Command, checkout: Path, env: dict) -> str | None:
     return None
 
 
+def tree(top: Path) -> dict[str, tuple[int, int]]:
+    """Every file under top (relative path → size, mtime in ns), caches left out. The copies of the checkout
+    keep their sources' times (``copy2``), so two workers' copies in the same state give the same tree."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames[:] = [d for d in dirnames if d not in ("__pycache__", ".ipynb_checkpoints", ".pytest_cache")]
+        rel = Path(dirpath).relative_to(top)
+        for f in filenames:
+            st = os.lstat(os.path.join(dirpath, f))
+            out[(rel / f).as_posix()] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def _under(path: str, folder: str) -> bool:
+    folder = folder.rstrip("/")
+    return path == folder or path.startswith(folder + "/")
+
+
+def single_out(cmd: Command) -> tuple[list[str], str] | None:
+    """(the words without ``--out X``, X) when the line is one polyvox command, no shell syntax, writing one
+    relative ``--out`` folder; else None."""
+    if re.search(r"[$`*?<>|;&(){}]", cmd.line):
+        return None
+    words = shlex.split(cmd.line)
+    if not words or Path(words[0]).name != "polyvox" or any(w.startswith("--out=") for w in words):
+        return None
+    at = [i for i, w in enumerate(words[:-1]) if w == "--out"]
+    if len(at) != 1:
+        return None
+    out = words[at[0] + 1].rstrip("/")
+    if not out or Path(out).is_absolute() or ".." in Path(out).parts:
+        return None
+    return words[:at[0]] + words[at[0] + 2:], out
+
+
+class Page:
+    """Runs a page's lines in order in the checkout. A line that is one polyvox command writing one new
+    ``--out`` folder runs once per session across pages and workers (``_shared_runs.once``) when the same words
+    (but ``--out``) meet the same checkout: the same tree outside the folders the page's earlier shared lines
+    wrote, and, for each of those folders the line names, the same earlier line, the folder unchanged since.
+    The first page to reach it runs it (and may share it only when it wrote nothing outside its ``--out``);
+    another page gets a copy of its folder and its result."""
+
+    def __init__(self, page: str, checkout: Path, env: dict, tmp_path_factory):
+        self.page, self.checkout, self.env, self.tmp = page, checkout, env, tmp_path_factory
+        self.written: dict[str, tuple[str, dict]] = {}  # --out folder -> (key of its line, its tree then)
+
+    def key(self, cmd: Command) -> tuple[str, str] | None:
+        found = single_out(cmd)
+        if found is None:
+            return None
+        words, out = found
+        if (self.checkout / out).exists():
+            return None
+        named = {_glob(w.split("=", 1)[-1]) for w in words[1:]}
+        reads = {}
+        for folder, (key, then) in self.written.items():
+            if any(_under(w, folder) or _under(folder, w) for w in named):
+                if tree(self.checkout / folder) != then:
+                    return None  # changed since its line wrote it
+                reads[folder] = key
+        rest = sorted((p, v) for p, v in tree(self.checkout).items()
+                      if not any(_under(p, f) for f in self.written))
+        blob = json.dumps([words, reads, rest]).encode()
+        return hashlib.sha256(blob).hexdigest()[:20], out
+
+    def run(self, cmd: Command) -> str | None:
+        keyed = self.key(cmd)
+        if keyed is None:
+            return run_line(cmd, self.checkout, self.env)
+        key, out = keyed
+        produced = []
+
+        def produce(folder: Path) -> dict:
+            produced.append(True)
+            before = tree(self.checkout)
+            problem = run_line(cmd, self.checkout, self.env)
+            after = tree(self.checkout)
+            outside = [p for p in set(before) | set(after) if before.get(p) != after.get(p) and not _under(p, out)]
+            shared = problem is None and not outside and (self.checkout / out).is_dir()
+            if shared:
+                shutil.copytree(self.checkout / out, folder / "out", symlinks=True)
+            return {"problem": problem, "page": self.page, "line": cmd.line, "shared": shared}
+
+        folder, result = once(self.tmp, f"command-{key}", produce)
+        if not produced:  # another page ran it
+            if result["problem"]:
+                return f"{result['problem']} (the same run as `{result['line']}` on {result['page']})"
+            if not result["shared"]:  # it wrote outside its --out folder: this page runs it itself
+                return run_line(cmd, self.checkout, self.env)
+            shutil.copytree(folder / "out", self.checkout / out, symlinks=True)
+        elif result["problem"]:
+            return result["problem"]
+        self.written[out] = (key, tree(self.checkout / out))
+        return None
+
+
+def plan(cmds: list[Command]) -> list[tuple[Command, str | None]]:
+    """Each line with the reason it runs only with --help (or as a dry run), None when it runs."""
+    planned, not_run = [], []  # what --help-only lines would have written: later lines reading it cannot run
+    for cmd in cmds:
+        why = (cmd.help_reason() or ("a dry run" if any(Path(w[0]).name == "make" for w in cmd.simple()) else None)
+               or ("reads what a --help-only line writes" if cmd.reads_any(not_run) else None))
+        if why:
+            not_run += cmd.outputs()
+        planned.append((cmd, why))
+    return planned
+
+
+def book_pages(root: Path) -> list[str]:
+    """README.md and every page of _toc.yml as the built book names it (book/panel/accuracy.html)."""
+    import yaml
+
+    def files(node) -> list[str]:
+        if isinstance(node, dict):
+            return ([node["file"]] if "file" in node else []) + [f for v in node.values() for f in files(v)]
+        if isinstance(node, list):
+            return [f for v in node for f in files(v)]
+        return []
+
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    pages = [f"{toc['root']}.html"] + [f"{f}.html" for f in files(toc.get("parts", []))]
+    # the longest pages first (measured: the dispersion chapter embeds every trace), so the two workers end together
+    first = ("book/panel/dispersion.html", "book/world/replication.html", "book/rerunning.html", "README.md",
+             "book/reproduce.html", "book/panel/explorer.html")
+    return [p for p in first if p in pages or p == "README.md"] + [p for p in pages if p not in first]
+
+
+PAGES = book_pages(ROOT)
+
+
 @pytest.fixture(scope="module")
 def book_html(request) -> Path:
     """The built book's HTML: ``POLYVOX_BOOK_HTML`` (a built ``_build/html``, as tests/test_browser.py reads it)
-    if set, else the session's build (``conftest.built_book``)."""
+    if set, else the session's build (``conftest.built_book``, built once for both workers)."""
     given = os.environ.get("POLYVOX_BOOK_HTML")
     if given:
         return Path(given).resolve()
@@ -230,12 +382,20 @@ def book_html(request) -> Path:
 
 
 @pytest.fixture(scope="module")
-def checkout(book_html, tmp_path_factory) -> Path:
-    """A fresh clone after ``make book``: the tracked files, ``.venv`` (linked) and the built book."""
+def pages(book_html) -> dict[str, list[Command]]:
+    return {"README.md": readme_commands(ROOT), **html_commands(book_html)}
+
+
+@pytest.fixture(scope="module")
+def checkout(book_html, tmp_path_factory) -> tuple[Path, set[str]]:
+    """A fresh clone after ``make book``: the tracked files, ``.venv`` (linked) and the built book; with the
+    names at its top, so that each page starts from it."""
     dest = tmp_path_factory.mktemp("commands") / "polyvox"
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True,
-                           check=True).stdout.split("\0")
-    for rel in filter(None, files):
+    # the index's files and the last commit's (a file staged for removal but still on disk is still shipped)
+    files = set()
+    for argv in (["git", "ls-files", "-z"], ["git", "ls-tree", "-r", "-z", "--name-only", "HEAD"]):
+        files |= set(subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=True).stdout.split("\0"))
+    for rel in sorted(filter(None, files)):
         src = ROOT / rel
         if src.is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -246,33 +406,40 @@ def checkout(book_html, tmp_path_factory) -> Path:
     for nb in (built / "book").rglob("*.ipynb"):  # the executed chapters make book writes into book/
         (dest / nb.relative_to(built)).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(nb, dest / nb.relative_to(built))
-    return dest
+    return dest, {p.name for p in dest.iterdir()}
 
 
-def test_every_command_of_the_readme_and_the_built_book_runs(checkout, book_html, capsys):
-    pages = {"README.md": readme_commands(ROOT), **html_commands(book_html)}
+@pytest.mark.after_book
+def test_the_readme_and_the_built_book_show_commands_of_both_kinds(pages, capsys):
     assert len(pages) >= 5 and "book/rerunning.html" in pages and "README.md" in pages, sorted(pages)
-    env = fresh_shell_env(checkout)
-    baseline = {p.name for p in checkout.iterdir()}
-    failures, ran, helped = [], [], []
-    for page, cmds in pages.items():
-        for extra in [p for p in checkout.iterdir() if p.name not in baseline]:  # each page starts fresh
-            shutil.rmtree(extra) if extra.is_dir() and not extra.is_symlink() else extra.unlink()
-        not_run: list[str] = []  # what --help-only lines would have written: later lines reading it cannot run
-        for cmd in cmds:
-            why = (cmd.help_reason() or ("a dry run" if any(Path(w[0]).name == "make" for w in cmd.simple()) else None)
-                   or ("reads what a --help-only line writes" if cmd.reads_any(not_run) else None))
-            if why:
-                not_run += cmd.outputs()
-                helped.append(cmd)
-                failures += [f"{page}: `{cmd.line}` (--help): {p}" for p in check_help(cmd, checkout, env)]
-            else:
-                ran.append(cmd)
-                problem = run_line(cmd, checkout, env)
-                if problem:
-                    failures.append(f"{page}: `{cmd.line}`: {problem}")
+    untested = sorted(set(pages) - set(PAGES))
+    assert not untested, f"pages with commands that no test runs (not in _toc.yml): {untested}"
+    planned = [why for cmds in pages.values() for _, why in plan(cmds)]
+    ran, helped = planned.count(None), len(planned) - planned.count(None)
     with capsys.disabled():
-        print(f"\ncommands: {len(ran) + len(helped)} from {len(pages)} pages; {len(ran)} run, "
-              f"{len(helped)} with --help or a dry run only; {len(failures)} failure(s)")
-    assert len(ran) >= 10 and len(helped) >= 10
+        print(f"\ncommands: {len(planned)} from {len(pages)} pages; {ran} run, {helped} with --help or a dry run only")
+    assert ran >= 10 and helped >= 10
+
+
+@pytest.mark.after_book
+@pytest.mark.parametrize("page", PAGES)
+def test_every_command_of_the_page_runs(page, pages, checkout, book_html, tmp_path_factory):
+    """Each page in its own test (the two workers share them), from a fresh copy of the checkout's top."""
+    cmds = pages.get(page)
+    if not cmds:  # a page of the book with no bash block: it is in the book
+        assert page != "README.md" and (book_html / page).is_file(), f"{page}: not in the built book"
+        return
+    folder, baseline = checkout
+    for extra in [p for p in folder.iterdir() if p.name not in baseline]:  # each page starts fresh
+        shutil.rmtree(extra) if extra.is_dir() and not extra.is_symlink() else extra.unlink()
+    env = fresh_shell_env(folder)
+    runner = Page(page, folder, env, tmp_path_factory)
+    failures = []
+    for cmd, why in plan(cmds):
+        if why:
+            failures += [f"{page}: `{cmd.line}` (--help): {p}" for p in check_help(cmd, folder, env)]
+        else:
+            problem = runner.run(cmd)
+            if problem:
+                failures.append(f"{page}: `{cmd.line}`: {problem}")
     assert not failures, f"{len(failures)} command(s) fail:\n" + "\n".join(failures)
