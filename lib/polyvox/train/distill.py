@@ -1,4 +1,4 @@
-"""Context distillation into a LoRA head by top-k KL: teacher = base on one prompt, student = base + LoRA on another.
+"""Context distillation into a LoRA head: teacher = base on one prompt, student = base + LoRA on another.
 
 The persona study's heads (seed 002): the teacher is the base model with a persona card as
 the system prompt, the student is the same base plus a LoRA head reading the user prompt
@@ -9,43 +9,47 @@ Algorithm (one head):
 
 1. Sequences. For each training pair the teacher samples one continuation ``y`` of its
    prompt (temperature ``teacher_temperature``, seeded, batched, once, before training; kept
-   in ``sequences.jsonl``). Both losses train on the *same* teacher sequences, so the two
-   objectives differ only in the divergence: the study's run21/run22 comparison holds
-   "everything else identical".
+   in ``sequences.jsonl``). Every loss trains on the *same* teacher sequences. With
+   ``student_sample_fraction`` λ > 0 (GKD's student data fraction), each step instead draws,
+   with probability λ (seeded), its batch's sequences from the student itself (adapter on,
+   student prompt, the same temperature), as GKD does per batch; the step log says which
+   (``on_policy``).
 2. Logits. At every response position t (the tokens of ``y`` and its end-of-turn), the
    teacher's next-token logits ``z_T`` come from ``teacher_prompt + y[:t]`` (adapter
    disabled, no gradient) and the student's ``z_S`` from ``student_prompt + y[:t]``.
-3. Loss, averaged over response tokens, with K a set of k token ids per position:
-
-   - ``forward`` (run21): K = the teacher's top-k. ``p = softmax(z_T[K])`` — the teacher
-     renormalised over K — and ``log q = log_softmax(z_S)[K]`` — the student's full-vocabulary
-     log-probabilities, *not* renormalised. Loss ``Σ_K p (log p − log q)``, which is ≥ 0 and
-     also pushes student mass from outside K into K.
-   - ``reverse`` (run22): K = the student's top-k (indices chosen without gradient).
-     ``q = softmax(z_S[K])`` — the student renormalised over K, with gradient — and
-     ``log p = log_softmax(z_T)[K]`` — the teacher's full-vocabulary log-probabilities.
-     Loss ``Σ_K q (log q − log p)``.
-
-   The sampled distribution (the first argument of the KL) is renormalised over its own
-   top-k; the other is evaluated on the same ids at full-vocabulary normalisation. The
-   share of the first distribution's mass inside K is logged (``topk_mass``): that is what
-   k controls, so at a different vocabulary size k is scaled to keep this share near 1
-   rather than to keep k / vocabulary fixed (256 of Qwen3's 151,669 ids would be < 2 ids of
-   a 700-token vocabulary).
+3. Loss, averaged over response tokens (:mod:`polyvox.train.distill_losses`): both models'
+   distributions over the full vocabulary at the shared temperature ``temperature`` (τ),
+   coarsened on the *same* atoms — the ids of (teacher's top-k) ∪ (student's top-k) plus one
+   ``rest`` atom holding every other id's mass — and ``loss`` is ``forward`` KL(p ‖ q),
+   ``reverse`` KL(q ‖ p) or ``jsd``: GKD's generalized JSD with coefficient ``beta`` (Agarwal et
+   al., 2024, arXiv:2306.13649, Eq. 1; β = 0 the forward and β = 1 the reverse KL, TRL's
+   convention). **Why this parameterisation**: forward and reverse then differ only in the
+   direction of the divergence between the same two distributions — the first version
+   renormalised the teacher over its top-k for forward but the student over its own top-k for
+   reverse, so the two arms differed in more than direction (issue 22). Both distributions stay
+   normalised over the whole vocabulary (student mass outside K is penalised in both
+   directions), and the loss is the exact full-vocabulary divergence when K covers the
+   vocabulary. The step log records the teacher's (``topk_mass``) and the student's
+   (``student_mass``) share inside K.
 4. LoRA (PEFT) on the attention and MLP projections; AdamW, linear warm-up over 10% of the
-   steps then constant; gradient clipping at 1.0.
+   steps then constant; gradient clipping at 1.0. Each step logs ``grad_norm`` (the total LoRA
+   gradient norm before clipping), ``first_token_grad_norm`` (the mean over the batch of the
+   norm of the gradient of the first response token's loss w.r.t. its logits) and
+   ``first_token_max_p`` (the student's mean max probability there): at a near-one-hot first
+   token the reverse KL's gradient vanishes (see :mod:`.distill_losses`).
 5. Checkpoints every ``save_every`` steps (and the last) are scored by the caller's
    ``select_fn(model, step) -> float`` on validation; the best is copied to ``adapter/``
    (ties: the earlier step), as the study selected run21's step 60 on validation.
 
-Departures from TRL's ``GKDTrainer`` (Agarwal et al., 2024): GKD's loss is the generalized
-Jensen–Shannon divergence with coefficient β over the *full* vocabulary (β = 0 and 1 being
-the forward and reverse KLs) and a mix of on-policy student samples (share λ) with fixed
-data; here the divergence is a plain forward or reverse KL restricted to k ids as above
-(no JSD, no full-vocabulary sum), the teacher and student read *different* prompts (context
-distillation; GKD feeds both the same input), and the sequences are teacher samples only
-(λ = 0 in GKD's terms) for both directions — an on-policy reverse KL would also change the
-data, not only the divergence.
+The manifest records every setting (``loss``, ``beta``, ``temperature``,
+``student_sample_fraction`` included) and ``parameterisation``; a head recorded without it was
+trained with the first parameterisation (:func:`.distill_losses.topk_kl_v1`), which no training
+path uses any more.
+
+Departures from TRL's ``GKDTrainer``: the divergence is taken on the shared top-k atoms above,
+not a sum over the full vocabulary (the same when k covers it); the teacher and student read
+*different* prompts (context distillation; GKD feeds both the same input); temperature scales
+the loss's distributions, while sequences are sampled at ``teacher_temperature``.
 """
 from __future__ import annotations
 
@@ -60,7 +64,8 @@ from ..records import RunLock, append_jsonl, check_out_path, now_iso, portable_p
 from ..statuses import RunStatus
 from .logs import finite_or_null
 
-LOSSES = ("forward", "reverse")
+from .distill_losses import LOSSES, PARAMETERISATION, check_loss, distill_loss
+
 PATH_FIELDS = ("model", "out")  # written repo-relative into the manifest
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -69,7 +74,7 @@ TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 class DistillConfig:
     model: str
     out: str
-    loss: str = "forward"  # forward (teacher's top-k) | reverse (student's top-k)
+    loss: str = "forward"  # forward | reverse | jsd (see distill_losses)
     top_k: int = 16
     lora_rank: int = 4
     lora_alpha: int = 8
@@ -82,46 +87,42 @@ class DistillConfig:
     save_every: int = 25
     seed: int = 0
     device: str = "cpu"
+    beta: float | None = None  # jsd's β (GKD): 0 forward KL, 1 reverse KL; None for forward/reverse
+    temperature: float = 1.0  # τ of the loss's distributions (softmax(z / τ), teacher and student)
+    student_sample_fraction: float = 0.0  # GKD's λ: the chance a step trains on the student's own samples
+
+
+def check_config(cfg: DistillConfig) -> None:
+    """Refuse a config whose loss settings do not fit (before anything is written)."""
+    check_loss(cfg.loss, cfg.beta, cfg.temperature)
+    lam = cfg.student_sample_fraction
+    if not (isinstance(lam, (int, float)) and 0.0 <= lam <= 1.0):
+        raise ValueError(f"student_sample_fraction must be in [0, 1]; got {lam!r}")
 
 
 def topk_kl(student_logits, teacher_logits, k: int, loss: str):
-    """Per-position top-k KL (see the module docstring) and the first distribution's mass in K."""
-    import torch
-    import torch.nn.functional as F
-
-    if loss == "forward":
-        with torch.no_grad():
-            t_logp = F.log_softmax(teacher_logits.float(), -1)
-            top_v, top_i = t_logp.topk(k, dim=-1)
-            p_logp = F.log_softmax(top_v, -1)
-            mass = top_v.exp().sum(-1)
-        s_logp = F.log_softmax(student_logits.float(), -1).gather(-1, top_i)
-        return (p_logp.exp() * (p_logp - s_logp)).sum(-1), mass
-    if loss == "reverse":
-        s_logp_full = F.log_softmax(student_logits.float(), -1)
-        top_i = s_logp_full.detach().topk(k, dim=-1).indices
-        top_v = s_logp_full.gather(-1, top_i)
-        q_logp = F.log_softmax(top_v, -1)
-        with torch.no_grad():
-            t_logp = F.log_softmax(teacher_logits.float(), -1).gather(-1, top_i)
-            mass = top_v.detach().exp().sum(-1)
-        return (q_logp.exp() * (q_logp - t_logp)).sum(-1), mass
-    raise ValueError(f"unknown loss {loss!r}; losses: {', '.join(LOSSES)}")
+    """Per-position forward or reverse KL on the shared atoms (:func:`.distill_losses.distill_loss`),
+    and the mass inside K of the divergence's first distribution (teacher for forward, student for
+    reverse). The generalized JSD is :func:`.distill_losses.distill_loss`."""
+    if loss not in ("forward", "reverse"):
+        raise ValueError(f"unknown loss {loss!r} for a KL; losses: forward, reverse (jsd: distill_losses.distill_loss)")
+    per, s_mass, t_mass = distill_loss(student_logits, teacher_logits, k, loss)
+    return per, (t_mass if loss == "forward" else s_mass)
 
 
-def _teacher_sequences(model, tok, teacher_prompts: list[str], cfg: DistillConfig) -> list[list[int]]:
-    """One sampled continuation per teacher prompt (token ids, ending with eos when it stopped)."""
+def _sample(model, tok, prompts: list[str], cfg: DistillConfig, seed: int) -> list[list[int]]:
+    """One sampled continuation per prompt (token ids, ending with eos when it stopped)."""
     import torch
 
     eos = tok.eos_token_id
-    out: list[list[int]] = [None] * len(teacher_prompts)  # type: ignore[list-item]
+    out: list[list[int]] = [None] * len(prompts)  # type: ignore[list-item]
     side = tok.padding_side
     tok.padding_side = "left"
     try:
-        for b in range(0, len(teacher_prompts), 64):
-            chunk = teacher_prompts[b:b + 64]
+        for b in range(0, len(prompts), 64):
+            chunk = prompts[b:b + 64]
             enc = tok(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(cfg.device)
-            torch.manual_seed(cfg.seed * 100003 + b)
+            torch.manual_seed(seed + b)
             with torch.no_grad():
                 gen = model.generate(**enc, max_new_tokens=cfg.max_new_tokens, do_sample=cfg.teacher_temperature > 0,
                                      temperature=cfg.teacher_temperature if cfg.teacher_temperature > 0 else None,
@@ -131,6 +132,11 @@ def _teacher_sequences(model, tok, teacher_prompts: list[str], cfg: DistillConfi
     finally:
         tok.padding_side = side
     return out
+
+
+def _teacher_sequences(model, tok, teacher_prompts: list[str], cfg: DistillConfig) -> list[list[int]]:
+    """One sampled continuation per teacher prompt, seeded by the head's seed."""
+    return _sample(model, tok, teacher_prompts, cfg, cfg.seed * 100003)
 
 
 def _batch(tok, prompts: list[str], seqs: list[list[int]], device: str):
@@ -163,6 +169,7 @@ def manifest_settings(cfg: DistillConfig) -> dict:
     import json
 
     settings = {**asdict(cfg), **{k: portable_path(v) for k, v in asdict(cfg).items() if k in PATH_FIELDS and v}}
+    settings["parameterisation"] = PARAMETERISATION  # a head recorded without it: distill_losses.topk_kl_v1
     return json.loads(json.dumps(settings))
 
 
@@ -190,8 +197,7 @@ def train(cfg: DistillConfig, student_prompts: list[str], teacher_prompts: list[
 
     One writer per head folder (:class:`polyvox.records.RunLock`); a folder holding another kind of
     run is refused before anything in it is removed."""
-    if cfg.loss not in LOSSES:
-        raise ValueError(f"unknown loss {cfg.loss!r}; losses: {', '.join(LOSSES)}")
+    check_config(cfg)
     if len(student_prompts) != len(teacher_prompts) or not student_prompts:
         raise ValueError("distill: need as many student prompts as teacher prompts (and at least one)")
     out = Path(cfg.out)
@@ -233,6 +239,8 @@ def _train(cfg: DistillConfig, out: Path, student_prompts: list[str], teacher_pr
                             weight_decay=0.0)
     warm = max(1, cfg.steps // 10)
     gen = torch.Generator().manual_seed(cfg.seed)
+    coin = torch.Generator().manual_seed(cfg.seed * 7919 + 1)  # GKD's λ: which steps train on student samples
+    lora = [p for p in model.parameters() if p.requires_grad]
     scores: dict[int, float] = {}
     step_times = []
     bar = tqdm(range(1, cfg.steps + 1), desc=f"distill {cfg.loss}", disable=not progress)
@@ -241,23 +249,19 @@ def _train(cfg: DistillConfig, out: Path, student_prompts: list[str], teacher_pr
             g["lr"] = cfg.learning_rate * min(1.0, step / warm)
         t_step = time.perf_counter()
         idx = torch.randint(0, len(seqs), (cfg.batch,), generator=gen).tolist()
-        sq = [seqs[i] for i in idx]
-        s_ids, s_att, s_pos, mask = _batch(tok, [student_prompts[i] for i in idx], sq, cfg.device)
-        t_ids, t_att, t_pos, _ = _batch(tok, [teacher_prompts[i] for i in idx], sq, cfg.device)
-        model.train()
-        with torch.no_grad(), model.disable_adapter():
-            t_logits = _gather(model(input_ids=t_ids, attention_mask=t_att).logits, t_pos)
-        s_logits = _gather(model(input_ids=s_ids, attention_mask=s_att).logits, s_pos)
-        per_tok, mass = topk_kl(s_logits, t_logits, cfg.top_k, cfg.loss)
-        loss = (per_tok * mask).sum() / mask.sum()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
+        on_policy = cfg.student_sample_fraction > 0 and \
+            torch.rand((), generator=coin).item() < cfg.student_sample_fraction
+        if on_policy:
+            model.eval()
+            sq = _sample(model, tok, [student_prompts[i] for i in idx], cfg, cfg.seed * 100003 + 7 * step + 1)
+            sq = [s if s else [tok.eos_token_id] for s in sq]
+        else:
+            sq = [seqs[i] for i in idx]
+        row = _step(model, tok, cfg, [student_prompts[i] for i in idx], [teacher_prompts[i] for i in idx], sq, lora)
         opt.step()
         opt.zero_grad(set_to_none=True)
         step_times.append(time.perf_counter() - t_step)
-        row = {"step": step, "loss": round(loss.item(), 6),
-               "topk_mass": round(((mass * mask).sum() / mask.sum()).item(), 6),
-               "seconds": round(step_times[-1], 4)}
+        row = {"step": step, **row, "on_policy": bool(on_policy), "seconds": round(step_times[-1], 4)}
         bar.set_postfix(loss=f"{row['loss']:.4f}")
         if step % cfg.save_every == 0 or step == cfg.steps:
             model.eval()
@@ -277,4 +281,33 @@ def _train(cfg: DistillConfig, out: Path, student_prompts: list[str], teacher_pr
     write_manifest(out, kind=KIND, settings=manifest_settings(cfg), started=started, finished=now_iso(),
                    status=RunStatus.COMPLETE, **summary)
     return summary
+
+
+def _step(model, tok, cfg: DistillConfig, s_prompts, t_prompts, sq, lora) -> dict:
+    """Forward and backward of one batch (gradients left on the LoRA parameters, clipped at 1.0);
+    the step log's loss, masses and gradient norms."""
+    import torch
+
+    s_ids, s_att, s_pos, mask = _batch(tok, s_prompts, sq, cfg.device)
+    t_ids, t_att, t_pos, _ = _batch(tok, t_prompts, sq, cfg.device)
+    model.train()
+    with torch.no_grad(), model.disable_adapter():
+        t_logits = _gather(model(input_ids=t_ids, attention_mask=t_att).logits, t_pos)
+    s_logits = _gather(model(input_ids=s_ids, attention_mask=s_att).logits, s_pos)
+    s_logits.retain_grad()
+    per_tok, s_mass, t_mass = distill_loss(s_logits, t_logits, cfg.top_k, cfg.loss, cfg.beta, cfg.temperature)
+    n = mask.sum()
+    loss = (per_tok * mask).sum() / n
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(lora, 1.0)  # the total norm before clipping
+    # d loss / d z[i, 0] = (1 / n) d per_tok[i, 0] / d z[i, 0]: the first token's own gradient norm
+    first = (s_logits.grad[:, 0, :].norm(dim=-1) * n).mean()
+    max_p = torch.softmax(s_logits.detach()[:, 0, :].float(), -1).max(-1).values.mean()
+
+    def avg(x):
+        return round(((x * mask).sum() / n).item(), 6)
+
+    return {"loss": round(loss.item(), 6), "topk_mass": avg(t_mass), "student_mass": avg(s_mass),
+            "grad_norm": round(float(grad_norm), 6), "first_token_grad_norm": round(first.item(), 8),
+            "first_token_max_p": round(max_p.item(), 6)}
 
