@@ -1,17 +1,13 @@
 """What Part III's chapter computes from the trajectory records (nothing here samples).
 
-- :func:`derived_systems`: majority vote over the three agents alone (ties → the largest
-  agent's answer) and the cascade small → mid → large, built from the recorded solo and
-  sampled calls: a model's answer is *accepted* when its greedy answer equals a second
-  answer sampled at the scale's cascade temperature (agreement as the confidence signal,
-  since the backends return no log-probabilities — FrugalGPT scores answers, RouteLLM
-  routes before answering; both are stand-ins here). Each derived record holds exactly the
-  calls the system would make, so its cost is recomputed like any other.
-- :func:`score`: per question, the projected answer (:mod:`.projections`), correct (EM),
-  F1, source, weighted cost and calls (:mod:`.cost`). Each turn is charged at the weight of
-  the model that wrote it: :func:`role_models` reads which model plays which role in each
-  CL system off the pipeline's wiring (:func:`.pipeline.eval_systems`), so ``homo``'s three
-  roles are all charged as ``mid``; solo, sample, vote and cascade turns name their model.
+- :func:`derived_systems`: majority vote over the three agents alone (ties → the largest agent's
+  answer) and the cascade small → mid → large from the recorded solo and sampled calls: an answer is
+  *accepted* when the greedy answer equals one sampled at the cascade temperature (agreement as the
+  confidence signal: the backends return no log-probabilities). Each derived record holds exactly
+  the calls the system would make, so its cost is recomputed like any other.
+- :func:`score`: per question, the projected answer (:mod:`.projections`; a malformed one is no
+  answer), correct (EM), F1, source, both cost views and calls (:mod:`.cost`), each turn charged at
+  the weight of the model that wrote it (:func:`role_models`, from :func:`.pipeline.eval_systems`).
 - :func:`summary`: accuracy with a Wilson 95 % interval, F1, mean weighted output tokens
   and calls per system and task; :func:`pareto` marks the accuracy-vs-cost frontier;
   :func:`transitions` counts hand-offs between agents; :func:`by_turns` accuracy by turns used.
@@ -20,6 +16,8 @@
   classify each step (retry, forced, voluntary, end) and count turns per agent from the turn
   records; :func:`provenance` reads each arm's manifest (commit, device, versions) beside
   the weights its models carry (:func:`arm_weights`, from the pipeline's own wiring).
+- :func:`ordering_check` (solo accuracy rises with size) and :func:`pool_vs_single` (refused unless it
+  does); :func:`holm` and :func:`family` (Holm, minimum detectable effects); :func:`mcnemar_n` (Connor 1987).
 """
 from __future__ import annotations
 
@@ -33,7 +31,8 @@ import pandas as pd
 from ... import metrics
 from ...records import read_jsonl
 from . import cost as costs
-from .projections import PROJECTIONS, project
+from .cost import cost_weights, pareto  # noqa: F401 - the chapter reads them here
+from .projections import PROJECTIONS, malformed, project, same_answer  # noqa: F401
 from .tasks import grade_answer
 
 SOLO = ("solo-small", "solo-mid", "solo-big", "solo-large")
@@ -50,18 +49,10 @@ def load(eval_dir: str | Path) -> dict[str, list[dict]]:
     return runs
 
 
-def cost_weights(models_dir: str | Path) -> dict[str, float]:
-    params = json.loads((Path(models_dir) / "params.json").read_text())
-    return costs.weights_from_params(params)
-
-
 def role_models(full: bool = False, pd_dir: str | Path | None = None) -> dict[str, dict[str, str]]:
-    """CL system → role → the base model whose parameters wrote that role's turns, read off the
-    pipeline's own wiring (:func:`.pipeline.eval_systems`). A role run on a base model with or without
-    an adapter is that base; a fully fine-tuned PD model (``full``) has its base's parameters, and the
-    LoRA wiring of the same system and role names that base (``pd/homo`` is trained from ``mid``). With
-    ``pd_dir``, each PD card's recorded ``base`` must agree. Systems not listed (solo, sample, vote,
-    cascade) record the model's own name as the agent."""
+    """CL system → role → the base model whose parameters wrote that role's turns (the pipeline's wiring:
+    a fully fine-tuned PD model has its base's parameters, the LoRA wiring names that base); with
+    ``pd_dir`` each PD card's recorded ``base`` must agree. Other systems name the model as the agent."""
     from pathlib import PurePosixPath as P
 
     from .pipeline import eval_systems
@@ -128,11 +119,14 @@ def score(records: list[dict], weights: dict, projection: str = MAIN_PROJECTION,
     rows = []
     for r in records:
         ans, src = project(r, projection)
-        correct, f1 = grade_answer(ans, r["gold"], r["metadata"])
+        # a malformed answer (a protocol tag inside: .projections.malformed) is no answer
+        correct, f1 = (False, 0.0) if malformed(ans) else grade_answer(ans, r["gold"], r["metadata"])
         c = costs.question_cost(r, weights, models)
+        full = costs.question_cost(r, weights, models, "full")["weighted_tokens"]
         rows.append({"id": r["id"], "task": r["metadata"].get("task"), "level": r["metadata"].get("level"),
                      "answer": ans, "source": src, "correct": correct, "f1": f1, "status": r["status"],
-                     "weighted_tokens": c["weighted_tokens"], "calls": c["calls"], "turns": r["n_turns"]})
+                     "malformed": malformed(ans), "weighted_tokens": c["weighted_tokens"],
+                     "full_weighted_tokens": full, "calls": c["calls"], "turns": r["n_turns"]})
     return pd.DataFrame(rows)
 
 
@@ -146,18 +140,9 @@ def summary(systems: dict[str, list[dict]], weights: dict, projection: str = MAI
         for task, g in [("all", df)] + list(df.groupby("task")):
             lo, hi = metrics.wilson_interval(int(g.correct.sum()), len(g))
             rows.append({"system": name, "task": task, "n": len(g), "accuracy": g.correct.mean(), "lo": lo, "hi": hi,
-                         "f1": g.f1.mean(), "weighted_tokens": g.weighted_tokens.mean(), "calls": g.calls.mean()})
+                         "f1": g.f1.mean(), "weighted_tokens": g.weighted_tokens.mean(),
+                         "full_weighted_tokens": g.full_weighted_tokens.mean(), "calls": g.calls.mean()})
     return pd.DataFrame(rows)
-
-
-def pareto(df: pd.DataFrame) -> pd.Series:
-    """True where no other system is at least as accurate and cheaper (or more accurate and as cheap)."""
-    flags = []
-    for _, r in df.iterrows():
-        dominated = ((df.accuracy >= r.accuracy) & (df.weighted_tokens <= r.weighted_tokens)
-                     & ((df.accuracy > r.accuracy) | (df.weighted_tokens < r.weighted_tokens))).any()
-        flags.append(not dominated)
-    return pd.Series(flags, index=df.index)
 
 
 def projection_table(records: list[dict], weights: dict, models: dict[str, str] | None = None) -> pd.DataFrame:
@@ -247,14 +232,8 @@ def handoffs(records: list[dict], agents=("small", "mid", "big")) -> pd.DataFram
         ts = r["turns"]
         for i, t in enumerate(ts):
             nxt = ts[i + 1]["agent"] if i + 1 < len(ts) else "end"
-            if nxt == "end":
-                kind = "end"
-            elif t["forced_handoff"] is not None:
-                kind = "forced"
-            elif t["violation"] is not None:
-                kind = "retry"
-            else:
-                kind = "voluntary"
+            kind = ("end" if nxt == "end" else "forced" if t["forced_handoff"] is not None
+                    else "retry" if t["violation"] is not None else "voluntary")
             rows.append({"from": t["agent"], "to": nxt, "kind": kind, "violation": t["violation"]})
     return pd.DataFrame(rows)
 
@@ -278,19 +257,6 @@ def caps(records: list[dict]) -> int:
     return sum(r["status"] == "t_max" for r in records)
 
 
-def same_answer(records_a: list[dict], proj_a: str, records_b: list[dict], proj_b: str) -> tuple[int, int]:
-    """Questions on which both projected answers exist and are equal, out of the shared questions."""
-    b = _by_id(records_b)
-    same = n = 0
-    for r in records_a:
-        if r["id"] not in b:
-            continue
-        n += 1
-        x, y = project(r, proj_a)[0], project(b[r["id"]], proj_b)[0]
-        same += x is not None and x == y
-    return same, n
-
-
 def arm_weights(full: bool) -> dict[str, str]:
     """Which weights each evaluated arm's models carry, read off the pipeline's own wiring."""
     from pathlib import PurePosixPath as P
@@ -310,9 +276,8 @@ def arm_weights(full: bool) -> dict[str, str]:
 
 
 def device_of(manifest: dict) -> str:
-    """The device an arm ran on, as far as its manifest says: its ``device`` field; else the torch
-    build's local version (``2.x+cu128`` → ``cu128``); else a GPU named by the platform string (a
-    ``gpu`` token, e.g. ``…-gpu-x86_64``), marked as inferred; else ``not recorded``."""
+    """The device an arm ran on: its manifest's ``device``; else the torch build (``2.x+cu128`` → ``cu128``);
+    else a ``gpu`` token of the platform string (marked inferred); else ``not recorded``."""
     import re
 
     if manifest.get("device"):
@@ -336,10 +301,8 @@ def provenance(eval_dir: str | Path, full: bool) -> pd.DataFrame:
             continue
         man = json.loads(m.read_text())
         v = man.get("versions", {})
-        torch_v = v.get("torch", "")
         rows.append({"arm": d.name, "commit": man.get("git_commit"), "started": man.get("started"),
-                     "device": device_of(man),
-                     "torch": torch_v, "transformers": v.get("transformers"), "python": v.get("python"),
+                     "device": device_of(man), "torch": v.get("torch", ""), "transformers": v.get("transformers"), "python": v.get("python"),
                      "platform": v.get("platform"), "weights": w.get(d.name, "?")})
     return pd.DataFrame(rows)
 
@@ -355,3 +318,82 @@ def paired_sentence(sc: dict[str, pd.DataFrame], a: str, b: str, alpha: float = 
     t = paired(sc, a, b, alpha)
     return (f"{t['diff (points)']:+.1f} points at {t['cost ratio A/B']:.2f}× the cost; discordant questions "
             f"{t['a_only']} / {t['b_only']}, exact McNemar {p_text(t['p'])}: {t['verdict']}")
+
+
+# --- issue 23: the size ordering, Holm, power (conditions of the chapter's verdicts) ---
+
+SIZES = ("small", "mid", "big", "large")  # by parameter count, as the scales define them
+
+
+def ordering_check(results: dict) -> tuple[bool, str]:
+    """Does solo accuracy rise with size? ``results``: model (``small`` or ``solo-small`` …) → (correct, n),
+    {"correct", "n"} or a :func:`score` frame. Holds when accuracy rises strictly from each model to the next
+    larger and the smallest's and largest's 95 % Wilson intervals are disjoint. Returns (ok, one line)."""
+    got = {str(k).removeprefix("solo-"): v for k, v in results.items()}
+    if [m for m in SIZES if m not in got]:
+        return False, f"size ordering not checked: no solo results for {', '.join(m for m in SIZES if m not in got)}"
+    k = {m: (int(v.correct.sum()), len(v)) if hasattr(v, "correct") else (int(v["correct"]), int(v["n"]))
+         if isinstance(v, dict) else (int(v[0]), int(v[1])) for m, v in got.items() if m in SIZES}
+    acc, ci = {m: k[m][0] / k[m][1] for m in SIZES}, {m: metrics.wilson_interval(*k[m]) for m in SIZES}
+    bad = "; ".join(f"{b} {100 * acc[b]:.1f} % ≤ {a} {100 * acc[a]:.1f} %" for a, b in zip(SIZES, SIZES[1:])
+                    if not acc[b] > acc[a])
+    if bad:
+        return False, (f"solo accuracy does not rise with size: {bad} (n = {k['small'][1]}); the pool-vs-single "
+                       "comparison cannot be asked of this pool")
+    line = " < ".join(f"{m} {100 * acc[m]:.1f} %" for m in SIZES)
+    span = ", ".join(f"{m} [{100 * ci[m][0]:.1f}, {100 * ci[m][1]:.1f}] %" for m in ("small", "large"))
+    if not ci["large"][0] > ci["small"][1]:
+        return False, f"solo accuracy rises with size ({line}) but the 95 % Wilson intervals overlap: {span}"
+    return True, f"solo accuracy rises with size: {line}; 95 % Wilson intervals disjoint: {span}"
+
+
+def pool_vs_single(sc: dict[str, pd.DataFrame], ordering: tuple[bool, str], pool: str = "cl",
+                   single: str = "solo-large", alpha: float = ALPHA) -> dict:
+    """:func:`paired` of the pool against the single larger model, or refused (``refused``: the reason, no
+    test) unless ``ordering`` (:func:`ordering_check`) holds: a single model weaker than the pool's own
+    members is no reference for whether a pool of smaller models beats one larger model."""
+    return {"A": pool, "B": single, "refused": ordering[1]} if not ordering[0] else \
+        {**paired(sc, pool, single, alpha), "refused": None}
+
+
+def holm(p_values, alpha: float = ALPHA) -> tuple[np.ndarray, np.ndarray]:
+    """Holm's step-down correction: adjusted p (given order) and the nulls rejected at family-wise ``alpha``;
+    p sorted ascending, adjusted p₍ᵢ₎ = max over j ≤ i of min(1, (m − j + 1) p₍ⱼ₎)."""
+    p = np.asarray(p_values, float)
+    order, adj = np.argsort(p, kind="stable"), np.empty(len(p))
+    adj[order] = np.minimum(1.0, np.maximum.accumulate((len(p) - np.arange(len(p))) * p[order]))
+    return adj, adj < alpha
+
+
+def mcnemar_n(diff: float, discordance: float, alpha: float = ALPHA, power: float = 0.8) -> int:
+    """Paired questions needed to detect an accuracy difference δ = p₁₀ − p₀₁ by McNemar's test at two-sided
+    ``alpha`` with ``power``, given a pilot's discordant share ψ = p₁₀ + p₀₁ — Connor (1987):
+    n = [z₁₋α/₂ √ψ + z₁₋β √(ψ − δ²)]² / δ²."""
+    from scipy.stats import norm
+
+    d, psi, za, zb = abs(diff), discordance, norm.ppf(1 - alpha / 2), norm.ppf(power)
+    if not 0 < d <= psi <= 1:
+        raise ValueError(f"need 0 < |diff| ≤ discordance ≤ 1, got diff {diff}, discordance {discordance}")
+    return int(np.ceil((za * np.sqrt(psi) + zb * np.sqrt(psi - d * d)) ** 2 / d ** 2))
+
+
+def mcnemar_mde(n: int, discordance: float, alpha: float = ALPHA, power: float = 0.8) -> float:
+    """Minimum detectable effect: the smallest |p₁₀ − p₀₁| that ``n`` paired questions of discordant share ψ
+    detect at ``alpha`` with ``power`` (:func:`mcnemar_n`'s formula solved for δ; nan when none can)."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    za, zb = norm.ppf(1 - alpha / 2), norm.ppf(power)
+    f = lambda d: np.sqrt(n) * d - za * np.sqrt(discordance) - zb * np.sqrt(max(discordance - d * d, 0.0))  # noqa: E731
+    return float(brentq(f, 1e-12, discordance)) if n > 0 and discordance > 0 and f(discordance) >= 0 else float("nan")
+
+
+def family(tests: pd.DataFrame, alpha: float = ALPHA, power: float = 0.8) -> pd.DataFrame:
+    """The chapter's McNemar family (rows of :func:`paired`) with Holm-adjusted p, the Holm verdict and each
+    null's minimum detectable effect in points (its own n and discordance, at ``alpha`` and ``power``)."""
+    adj, rejected = holm(tests.p.to_numpy(), alpha)
+    return tests.assign(**{"p (Holm)": adj, "verdict (Holm)": [
+        ("higher" if a > b else "lower") if r else f"not distinguishable (Holm, α = {alpha})"
+        for a, b, r in zip(tests.a_only, tests.b_only, rejected)], "MDE (points)": [
+        100 * mcnemar_mde(n, (a + b) / n, alpha, power) if n else float("nan")
+        for n, a, b in zip(tests.n, tests.a_only, tests.b_only)]})

@@ -15,6 +15,20 @@
   role), for the homogeneous pool.
 Training: :func:`polyvox.train.pretrain.train_loop` (AdamW, warm-up then cosine), seeded.
 Saved with ``save_pretrained`` (safetensors; base models in bf16) with a ``card.json``.
+
+Skill must rise with size (issue 23: the recorded run trained larger models fewer steps, and
+``large`` scored below ``small``):
+
+- :func:`budget_problems` / :func:`check_budgets`: in a scale, each larger model (by estimated
+  parameter count, :func:`estimated_parameters`) trains at least as many steps and tokens
+  (steps × batch × seq_len) as the next smaller one; one line names the first breach.
+- :func:`validation_problems`: a validation split the size of the test set, drawn at
+  ``data.seed`` + :data:`VALIDATION_SEED_OFFSET`, sharing no underlying problem with the test set
+  (:func:`underlying`: a world problem's start and calculations, a QA question's chain of facts)
+  nor, for world problems, with the training set (QA has only 144 chains, all in training).
+- :func:`validation_check`: each base model alone on it (greedy, as the eval stage runs solo),
+  scored as the chapter scores, then :func:`.analysis.ordering_check`; written to
+  ``validation.json`` and returned for the models stage's record; a failure raises one line.
 """
 from __future__ import annotations
 
@@ -28,6 +42,7 @@ from ...train.pretrain import save, sft_batches, train_loop, train_tokenizer
 from .traces import solo
 
 MODELS = ("small", "mid", "big", "large")
+VALIDATION_SEED_OFFSET = 200  # from data.seed (the test questions take + 100, pipeline.TEST_SEED_OFFSET)
 
 
 def chat_rows(tok, pairs: list[tuple[str, str]], seq_len: int) -> list[tuple[list[int], int]]:
@@ -137,3 +152,106 @@ def train_pd(base_dir: Path, out_dir: Path, pairs, seq_len: int, batch: int, ste
 
 def solo_pairs(problems) -> list[tuple[str, str]]:
     return [(p.text, solo(p)) for p in problems]
+
+
+# --- issue 23: budgets under which skill can rise with size, and the validation check ---
+
+def estimated_parameters(spec: dict, vocab: int) -> int:
+    """A size's parameters as :func:`train_base` builds it (tied embeddings, 32-wide heads, norms left out)."""
+    h, kv = spec["hidden"], kv_heads(spec["hidden"]) * 32
+    return vocab * h + spec["layers"] * (2 * h * h + 2 * h * kv + 3 * h * spec["intermediate"])
+
+
+def budget_problems(models: dict) -> list[str]:
+    """Breaches of "a larger model never trains fewer steps or tokens" in a scale's ``models`` section, in
+    size order (``small`` … ``large``, which must also grow in estimated parameters)."""
+    sizes, out = models["sizes"], []
+    tokens = {m: sizes[m]["steps"] * sizes[m].get("batch", models["batch"]) * models["seq_len"] for m in MODELS}
+    params = {m: estimated_parameters(sizes[m], models["vocab"]) for m in MODELS}
+    for a, b in zip(MODELS, MODELS[1:]):
+        if params[b] <= params[a]:
+            out.append(f"{b} (≈{params[b]:,} parameters) is not larger than {a} (≈{params[a]:,})")
+        if sizes[b]["steps"] < sizes[a]["steps"]:
+            out.append(f"{b} trains {sizes[b]['steps']} steps, fewer than {a}'s {sizes[a]['steps']}")
+        elif tokens[b] < tokens[a]:
+            out.append(f"{b} trains {tokens[b]:,} tokens, fewer than {a}'s {tokens[a]:,}")
+    return out
+
+
+def check_budgets(s: dict, strict: bool = True) -> str | None:
+    """One line when the scale ``s`` gives a larger model fewer steps or tokens (None when it does not);
+    ``strict``: raise it as a ValueError (a scale about to train), else return it (a scale read for a record)."""
+    if "sizes" not in s.get("models", {}):  # a served scale: its models were trained elsewhere
+        return None
+    bad = budget_problems(s["models"])
+    if not bad:
+        return None
+    line = (f"scale {s.get('name', '?')}: training budgets do not rise with size — {'; '.join(bad)} "
+            "(a larger model must train at least the steps and tokens of a smaller one)")
+    if strict:
+        raise ValueError(line)
+    return line
+
+
+def underlying(p) -> tuple:
+    """The problem beneath a question's wording: a world problem's start and calculations; a QA question's
+    chain of facts (its person and hops), whatever its distractors and order."""
+    m = p.metadata
+    return (m.get("task"), m.get("start"), tuple(m.get("steps", ())))
+
+
+def validation_problems(s: dict, test: list, train: list | None = None) -> list:
+    """``eval.world_per_level`` world problems per level and ``eval.qa_n`` QA questions, drawn at
+    ``data.seed`` + :data:`VALIDATION_SEED_OFFSET`, none sharing an underlying problem with ``test``; those
+    outside ``train`` too come first (level-1 arithmetic has few calculations: training holds most). Too
+    few candidates: a ValueError naming the task."""
+    from .tasks import collab_qa, collab_world
+
+    e, d = s["eval"], s["data"]
+    seed = d["seed"] + VALIDATION_SEED_OFFSET
+    avoid, seen_train = {underlying(p) for p in test}, {underlying(p) for p in (train or ())}
+    out = []
+    for level in d["world_levels"]:
+        seen: set = set()
+        got = [p for p in collab_world(levels=[level], per_level=8 * e["world_per_level"], seed=seed, split="train")
+               if underlying(p) not in avoid and not (underlying(p) in seen or seen.add(underlying(p)))]
+        if len(got) < e["world_per_level"]:
+            raise ValueError(f"validation split: only {len(got)} world problems of level {level} off the test "
+                             f"set's calculations, {e['world_per_level']} wanted")
+        out += sorted(got, key=lambda p: underlying(p) in seen_train)[:e["world_per_level"]]
+    qa = [p for p in collab_qa(n=4 * e["qa_n"], seed=seed + 1, split="train") if underlying(p) not in avoid]
+    if len(qa) < e["qa_n"]:
+        raise ValueError(f"validation split: only {len(qa)} QA questions off the test set's chains, {e['qa_n']} wanted")
+    return out + qa[:e["qa_n"]]
+
+
+def overlap(problems: list, others: list) -> int:
+    """How many of ``problems`` share an underlying problem with ``others``."""
+    keys = {underlying(p) for p in others}
+    return sum(underlying(p) in keys for p in problems)
+
+
+def validation_check(out: Path, s: dict, problems: list, backend_for, train: list | None = None) -> dict:
+    """Each base model alone on the validation ``problems`` (greedy, ``eval.max_tokens``; ``backend_for(m)``
+    gives model m's backend), each run a resumable solo record in ``out/validation/<m>/``, scored by
+    :func:`.analysis.score` (``final``); :func:`.analysis.ordering_check` of the four. Writes
+    ``out/validation.json`` and returns it (the models stage's record); raises one line when it fails."""
+    from ...backends import SamplingParams
+    from . import analysis
+    from . import scheduler as sched
+
+    params = SamplingParams(s["eval"]["max_tokens"], 0.0)
+    settings = {"scale": s.get("name"), "split": "validation", "seed_offset": VALIDATION_SEED_OFFSET}
+    results = {}
+    for m in MODELS:
+        sched.run_solo(out / "validation" / m, problems, m, backend_for(m), params, settings)
+        df = analysis.score(sched.load(out / "validation" / m), {m: 1.0}, "final")
+        results[m] = {"correct": int(df.correct.sum()), "n": len(df), "accuracy": float(df.correct.mean())}
+    ok, reason = analysis.ordering_check(results)
+    record = {"ordering_ok": ok, "ordering": reason, "questions": len(problems), "solo": results,
+              "seed": s["data"]["seed"] + VALIDATION_SEED_OFFSET,
+              "sharing an underlying problem with training": overlap(problems, train) if train is not None else None}
+    (out / "validation.json").write_text(json.dumps(record, indent=1) + "\n")
+    if not ok:
+        raise ValueError(f"models stage: {reason} (validation split, {out / 'validation.json'})")
+    return record

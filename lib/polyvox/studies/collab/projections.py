@@ -12,12 +12,28 @@ projection picks one answer per question and says where it came from:
   turns were recorded and the third did not fail to stop, otherwise the first tentative
   answer (in miniature: confirmed within three turns → final, else first tentative).
 Each returns (answer, source), source ∈ {final, first_tentative, last_tentative, vote, none}.
+
+:func:`malformed`: an answer string that carries the protocol's own tags (``<answer>``, ``</think>``
+…) is not an answer body but a parsing remnant — a turn that opened ``<answer>`` twice leaves
+``"1 ÷ 11 ÷ 111.</think> <answer>1"`` as its tentative answer. The ``integer`` grader, fed such a
+string as a bare body, grades the last ``<answer>`` block inside it ("1") and credits it; the
+chapter grades a malformed answer as no answer (:func:`.analysis.score`), which moves ``cl-base``
+of the recorded run from 5 to 4 correct of 240 (2.1 % → 1.7 %) and no other system.
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 PROJECTIONS = ("final", "final_or_last", "first", "last", "vote", "study")
+
+
+_TAG = re.compile(r"</?\s*(?:answer|think|action)\s*>", re.I)
+
+
+def malformed(answer: str | None) -> bool:
+    """True when the answer string holds a protocol tag (it is a remnant of a broken turn, not a body)."""
+    return answer is not None and bool(_TAG.search(answer))
 
 
 def _tentatives(t: dict) -> list[str]:
@@ -48,3 +64,16 @@ def project(t: dict, how: str) -> tuple[str | None, str]:
             return t["final"], "final"
         return (tent[0], "first_tentative") if tent else (None, "none")
     raise ValueError(f"unknown projection {how!r}; projections: {', '.join(PROJECTIONS)}")
+
+
+def same_answer(records_a: list[dict], proj_a: str, records_b: list[dict], proj_b: str) -> tuple[int, int]:
+    """Questions on which both projected answers exist and are equal, out of the shared questions."""
+    b = {r["id"]: r for r in records_b}
+    same = n = 0
+    for r in records_a:
+        if r["id"] not in b:
+            continue
+        n += 1
+        x, y = project(r, proj_a)[0], project(b[r["id"]], proj_b)[0]
+        same += x is not None and x == y
+    return same, n
