@@ -11,7 +11,8 @@ Answers are built by program, so their style is exact:
 - warm: a friendly opener and a closing encouragement;
 - impersonal: no opener, no pronouns: ``"Computation: … Result: 26."``.
 
-:func:`style_of` reads the style back from any text and :func:`rubric_score` scores a text
+:func:`style_of` reads the style back from any text (:func:`shows_pole`, :func:`style_rate`: whether
+texts show a pole; :func:`head_trained`: issue 22's trained-head criterion) and :func:`rubric_score` scores a text
 for a preference and a gold answer (the rubric judge of :mod:`polyvox.judge` calls it):
 1 for the right final integer plus, per preferred pole, a match in [0, 1] (warm: opener
 and closer, ½ each; impersonal: 1 when impersonal, ¼ when neutral, 0 when warm; concise:
@@ -116,6 +117,8 @@ def respond(p: world.WorldProblem, poles=(), rng: random.Random | None = None) -
 
 _CALC = re.compile(r"\d+\s*[-+×÷*/]\s*\d+\s*=\s*\d+")
 _CHECK = re.compile(r"Check:\s*\d+\s*[-+×÷*/]\s*\d+\s*=\s*\d+")
+_STEP = re.compile(r"\bStep \d+:")
+_FINAL = re.compile(r"answer is|Result:")  # the final-answer clause (its number may be cut or garbled)
 _PERSONAL = re.compile(r"\b(I|you|your|we|Let's|me|my)\b", re.I)
 
 
@@ -125,23 +128,68 @@ def final_integer(text: str) -> str | None:
 
 
 def style_of(text: str, n_steps: int | None = None) -> dict:
-    """The observable style of a text: tone, length, opener/closer, checks, words."""
+    """The observable style of a text: tone, length, opener/closer, checks, words.
+
+    Tone: ``warm`` with any opener or closer phrase; ``impersonal`` with none, no personal word and
+    the impersonal markers (``Result:``, or a start ``Computation:``); else ``neutral``. Length:
+    ``concise`` with a final-answer clause (``… answer is`` / ``Result:``) and no calculation, step
+    or check; ``thorough`` with a step or a check where every finished calculation is checked (one
+    unchecked last calculation allowed when the answer has no final clause: cut off by the token
+    cap); else ``neutral``. A text cut before its final answer and its first calculation is not
+    concise (tested on labelled examples in tests/test_personas_detectors.py)."""
     opener = any(text.strip().startswith(o) for o in WARM_OPENERS)
     closer = any(text.rstrip().endswith(c) for c in WARM_CLOSERS)
     warm_any = any(o in text for o in WARM_OPENERS + WARM_CLOSERS)
     calcs, checks = len(_CALC.findall(text)), len(_CHECK.findall(text))
     calcs -= checks
+    steps, final = len(_STEP.findall(text)), bool(_FINAL.search(text))
     impersonal = (not warm_any and not _PERSONAL.search(text)
                   and ("Result:" in text or text.strip().startswith("Computation:")))
     tone = "warm" if warm_any else "impersonal" if impersonal else "neutral"
-    if calcs == 0:
+    unchecked = calcs - checks
+    if calcs == 0 and checks == 0 and steps == 0 and final:
         length = "concise"
-    elif checks > 0 and (n_steps is None or checks >= min(calcs, n_steps)):
+    elif (checks > 0 or steps > 0) and unchecked <= (0 if final else 1) \
+            and (n_steps is None or not final or checks >= min(calcs, n_steps)):
         length = "thorough"
     else:
         length = "neutral"
     return {"tone": tone, "length": length, "opener": opener, "closer": closer, "calcs": calcs,
             "checks": checks, "words": len(text.split())}
+
+
+def shows_pole(pole: str, text: str, n_steps: int | None = None) -> bool:
+    """Whether a text shows a pole's style (the trained-head check): warm and impersonal read the
+    tone, concise and thorough the length, of :func:`style_of`."""
+    if pole not in POLES:
+        raise ValueError(f"unknown pole {pole!r}; poles: {', '.join(POLES)}")
+    s = style_of(text, n_steps)
+    return s["tone" if pole in AXES["tone"] else "length"] == pole
+
+
+def style_rate(pole: str, texts, n_steps=None) -> float:
+    """Share of ``texts`` that show ``pole`` (``n_steps``: one per text, or None)."""
+    texts = list(texts)
+    if not texts:
+        raise ValueError("style_rate: no texts")
+    ns = [None] * len(texts) if n_steps is None else list(n_steps)
+    return sum(shows_pole(pole, t, n) for t, n in zip(texts, ns, strict=True)) / len(texts)
+
+
+def head_trained(loss_curve, style_rate: float, threshold: float = 0.9, *, window: int = 5) -> bool:
+    """Issue 22's criterion: a head counts as trained when its loss falls — the mean of its last
+    ``window`` logged losses below the mean of its first ``window`` (at most a quarter of the curve
+    each, at least one step) — and it shows its style on at least ``threshold`` of the validation
+    prompts (``style_rate``, e.g. :func:`style_rate` of its greedy validation answers). A curve with
+    a missing or non-finite loss, or shorter than two steps, has not been shown to fall."""
+    import math
+
+    xs = [None if x is None else float(x) for x in loss_curve]
+    if len(xs) < 2 or any(x is None or not math.isfinite(x) for x in xs):
+        return False
+    w = max(1, min(int(window), len(xs) // 4))
+    falls = sum(xs[-w:]) / w < sum(xs[:w]) / w
+    return bool(falls and style_rate >= threshold)
 
 
 def pole_match(pole: str, text: str, n_steps: int) -> float:
