@@ -338,8 +338,9 @@ def ordering_check(results: dict) -> tuple[bool, str]:
     bad = "; ".join(f"{b} {100 * acc[b]:.1f} % ≤ {a} {100 * acc[a]:.1f} %" for a, b in zip(SIZES, SIZES[1:])
                     if not acc[b] > acc[a])
     if bad:
-        return False, (f"solo accuracy does not rise with size: {bad} (n = {k['small'][1]}); the pool-vs-single "
-                       "comparison cannot be asked of this pool")
+        return False, (f"solo accuracy does not rise with size: {bad} (large {100 * acc['large']:.1f} % against small "
+                       f"{100 * acc['small']:.1f} %, n = {k['small'][1]}); the pool-vs-single comparison cannot be "
+                       "asked of this pool")
     line = " < ".join(f"{m} {100 * acc[m]:.1f} %" for m in SIZES)
     span = ", ".join(f"{m} [{100 * ci[m][0]:.1f}, {100 * ci[m][1]:.1f}] %" for m in ("small", "large"))
     if not ci["large"][0] > ci["small"][1]:

@@ -1,11 +1,14 @@
 """Recount the answer-projection audit (``data/collab/study_audit.json``) from a local copy of the
 study's MATH CL ``evaluation.log``.
 
-The book ships only counts: the study's repository has no licence, so its log is not in this
-repository. Fetch the log yourself at the commit named in the JSON's ``provenance`` (path there
-too), then::
+The shipped counts are **this project's hand tally** (``provenance.read`` in the JSON), not the
+output of this module; this module is the independent recount. The book ships only counts: the
+study's repository has no licence, so its log is not in this repository. Fetch the log yourself
+(:data:`LOG_URL`, at the commit named in the JSON's ``provenance``; :func:`log_url` builds the
+address from it) — nothing here downloads — then::
 
-    python -m polyvox.studies.collab.audit_count path/to/evaluation.log [--audit data/collab/study_audit.json]
+    python scripts/recount_collab_audit.py path/to/evaluation.log [--audit data/collab/study_audit.json]
+    python -m polyvox.studies.collab.audit_count path/to/evaluation.log   (the same)
 
 The log is a header of ``key: value`` lines (``problems``, ``correct``, ``EM``, ``F1``) followed by
 one JSON object per problem with ``answer_source`` and ``em``. :func:`count` tallies rows and
@@ -21,6 +24,15 @@ import re
 import sys
 from collections import defaultdict
 from pathlib import Path
+
+LOG_URL = ("https://github.com/SJTUFreshman/tmp_x7k9p4r2d8m5c/blob/1bf798bf99c850ec198d84b8f2f76a324dc75082/"
+           "reproduction/results/MATH/CL/math_specific_sft_rl_20260830/logs/evaluation.log")
+
+
+def log_url(provenance: dict) -> str:
+    """The log's public address from the audit JSON's ``provenance`` (repository, commit, path)."""
+    return f"https://github.com/{provenance['repository']}/blob/{provenance['commit']}/{provenance['path']}"
+
 
 _HEADER = {"problems": ("problems", int), "correct": ("correct", int), "EM": ("em_percent", float),
            "F1": ("f1_percent", float)}
@@ -79,13 +91,18 @@ def main(argv=None) -> int:
     ap.add_argument("log", type=Path, help="local copy of the study's evaluation.log")
     ap.add_argument("--audit", type=Path, default=Path("data/collab/study_audit.json"), help="the shipped counts")
     a = ap.parse_args(argv)
+    if not a.log.is_file():
+        print(f"{a.log}: no such file — fetch the study's log first (nothing here downloads): {LOG_URL}", file=sys.stderr)
+        return 2
     counted = count(a.log.read_text(encoding="utf-8"))
-    bad = compare(counted, json.loads(a.audit.read_text()))
+    audit = json.loads(a.audit.read_text())
+    bad = compare(counted, audit)
     print(json.dumps({k: counted[k] for k in ("answer_source_counts", "rows", "correct", "header")}, indent=1))
+    print(f"recounted from {a.log}; the log's public copy: {log_url(audit['provenance'])}")
     if bad:
-        print("DISAGREES with " + str(a.audit) + ":\n  " + "\n  ".join(bad), file=sys.stderr)
+        print(f"DISAGREES with {a.audit} (this project's hand tally):\n  " + "\n  ".join(bad), file=sys.stderr)
         return 1
-    print(f"agrees with {a.audit}")
+    print(f"agrees with {a.audit} (this project's hand tally)")
     return 0
 
 

@@ -1,0 +1,375 @@
+"""Part III after issue 23 (CPU side): budgets that rise with size and the size-ordering check, the
+validation split, both cost views, the malformed-answer grading fix, the audit recount, Holm and
+McNemar power. Cases are tables; the recorded run (data/runs/collab-h200) is checked where the issue
+states its numbers."""
+import copy
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from polyvox.backends.base import Completion
+from polyvox.formats import Prompt
+from polyvox.studies.collab import analysis as A
+from polyvox.studies.collab import audit_count, cost, models, pipeline, projections
+from polyvox.studies.collab.tasks import grade_answer
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN = ROOT / "data/runs/collab-h200"
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    """The recorded run's systems, weights, role wiring and per-question scores."""
+    runs = A.load(RUN / "eval")
+    weights = A.cost_weights(ROOT / "data/models/collab-h200")
+    systems = {k: v for k, v in {**runs, **A.derived_systems(runs)}.items() if not k.startswith("sample-")}
+    roles = A.role_models(True, RUN / "pd")
+    return {"runs": runs, "weights": weights, "systems": systems, "roles": roles,
+            "sc": A.scores(systems, weights, models=roles)}
+
+
+# ---------------------------------------------------------------- 1. budgets and the size ordering
+
+def _models(steps, hidden=(64, 96, 128, 160), layers=(3, 4, 4, 5), batch=None):
+    sizes = {m: {"hidden": h, "layers": n, "intermediate": 3 * h, "steps": s}
+             for m, h, n, s in zip(models.MODELS, hidden, layers, steps)}
+    for m, b in zip(models.MODELS, batch or ()):
+        if b is not None:
+            sizes[m]["batch"] = b
+    return {"vocab": 700, "seq_len": 192, "batch": 16, "lr": 3e-3, "sizes": sizes}
+
+
+@pytest.mark.parametrize("section, says", [
+    (_models((500, 500, 500, 500)), []),  # equal budgets
+    (_models((1000, 1500, 2000, 3000)), []),  # rising budgets
+    (_models((500, 400, 300, 250)), ["mid trains 400 steps, fewer than small's 500",
+                                     "big trains 300 steps, fewer than mid's 400",
+                                     "large trains 250 steps, fewer than big's 300"]),  # the recorded run's
+    (_models((500, 500, 500, 499)), ["large trains 499 steps, fewer than big's 500"]),
+    (_models((500, 500, 500, 500), batch=(16, 16, 16, 8)), ["large trains 768,000 tokens, fewer than big's 1,536,000"]),
+    (_models((500, 500, 500, 500), hidden=(64, 96, 128, 96), layers=(3, 4, 4, 4)), ["large (≈"]),
+])
+def test_budget_problems(section, says):
+    got = models.budget_problems(section)
+    assert len(got) == len(says) and all(g.startswith(s) for g, s in zip(got, says)), got
+
+
+@pytest.mark.parametrize("scale, breach", [("smoke", None), ("cpu", None), ("h200-ordered", None), ("full", None),
+                                           ("h200", "large trains 250 steps, fewer than big's 300")])
+def test_every_shipped_scale_is_checked_for_budgets(scale, breach):
+    s = pipeline.load_scale(scale)
+    line = models.check_budgets(s, strict=False)
+    if breach is None:
+        assert line is None and models.check_budgets(s) is None
+        return
+    assert breach in line and line.startswith("scale h200: training budgets do not rise with size") and "\n" not in line
+    with pytest.raises(ValueError, match="fewer than small's 500"):
+        models.check_budgets(s)
+
+
+def _acc(*pairs):
+    return dict(zip(models.MODELS, pairs))
+
+
+@pytest.mark.parametrize("results, ok, says", [
+    (_acc((10, 100), (20, 100), (30, 100), (50, 100)), True, "95 % Wilson intervals disjoint"),
+    ({f"solo-{m}": v for m, v in _acc((10, 100), (20, 100), (30, 100), (50, 100)).items()}, True, "small 10.0 %"),
+    (_acc({"correct": 10, "n": 100}, {"correct": 20, "n": 100}, {"correct": 30, "n": 100}, {"correct": 50, "n": 100}),
+     True, "large 50.0 %"),
+    (_acc((40, 100), (42, 100), (44, 100), (46, 100)), False, "intervals overlap"),  # rises, not separated
+    (_acc((10, 100), (30, 100), (30, 100), (50, 100)), False, "big 30.0 % ≤ mid 30.0 %"),  # a tie is no rise
+    (_acc((122, 240), (106, 240), (102, 240), (92, 240)), False, "large 38.3 % against small 50.8 %"),  # recorded
+    ({"small": (1, 2), "mid": (1, 2)}, False, "no solo results for big, large"),
+])
+def test_ordering_check(results, ok, says):
+    got, line = A.ordering_check(results)
+    assert got is ok and says in line and "\n" not in line, line
+
+
+def test_the_ordering_check_fails_on_the_recorded_run_and_refuses_the_pool_comparison(recorded):
+    sc = recorded["sc"]
+    ok, reason = A.ordering_check({k: sc[k] for k in A.SOLO})
+    assert not ok and "large 38.3 % against small 50.8 %" in reason and "mid 44.2 % ≤ small 50.8 %" in reason
+    refused = A.pool_vs_single(sc, (ok, reason))
+    assert refused == {"A": "cl", "B": "solo-large", "refused": reason}  # no test, no p
+    asked = A.pool_vs_single(sc, (True, "stand-in"))
+    assert asked["refused"] is None and (asked["a_only"], asked["b_only"]) == (12, 45)
+
+
+def test_the_validation_split_is_sized_and_disjoint_from_test():
+    for name in ("smoke", "h200"):
+        s = pipeline.load_scale(name)
+        test, train = pipeline.problems(s, "test"), pipeline.problems(s, "train")
+        val = models.validation_problems(s, test, train)
+        e = s["eval"]
+        assert len(val) == len({p.id for p in val}) == len(s["data"]["world_levels"]) * e["world_per_level"] + e["qa_n"]
+        assert models.overlap(val, test) == 0 and not {p.id for p in val} & {p.id for p in test}
+        assert [p.id for p in models.validation_problems(s, test, train)] == [p.id for p in val]  # seeded
+    # an underlying problem is its chain (QA) or its calculation (world), not its wording
+    qa = [p for p in val if p.metadata["task"] == "qa"]
+    assert models.underlying(qa[0]) == ("qa", None, tuple(qa[0].metadata["steps"]))
+    # QA has only 144 chains, all in the training questions: a test set holding them all leaves none
+    assert models.overlap([p for p in test if p.metadata["task"] == "qa"], train) == s["eval"]["qa_n"]
+    with pytest.raises(ValueError, match="only 0 QA questions off the test set's chains"):
+        models.validation_problems(s, [p for p in train if p.metadata["task"] == "qa"])
+
+
+class Scripted:
+    """A solo backend answering the gold of a question for the first ``right`` questions it is asked about."""
+
+    name = "scripted"
+
+    def __init__(self, golds, right):
+        self.golds, self.right, self.seen = golds, right, []
+
+    def prompt(self, fmt, text):
+        return Prompt(text, (), False)
+
+    def identity(self):
+        return {"backend": "scripted", "model": f"right-{self.right}"}
+
+    def generate(self, reqs, params):
+        out = []
+        for r in reqs:
+            text = r.prompt.text if hasattr(r.prompt, "text") else str(r.prompt)
+            q = next(t for t in self.golds if t in text)
+            self.seen.append(q)
+            ans = self.golds[q] if len(self.seen) <= self.right else "nothing"
+            out.append(Completion(f"<think>x</think> <answer>{ans}</answer>", 5, 5, "stop", 0.0))
+        return out
+
+
+@pytest.mark.parametrize("right, ok", [((0, 3, 6, 9), True), ((9, 6, 3, 0), False), ((0, 3, 6, 6), False)])
+def test_validation_check_records_and_stops(tmp_path, right, ok):
+    s = pipeline.load_scale("smoke")
+    val = models.validation_problems(s, pipeline.problems(s, "test"))
+    golds = {p.text: p.gold for p in val}
+    backends = {m: Scripted(golds, r) for m, r in zip(models.MODELS, right)}
+    if ok:
+        rec = models.validation_check(tmp_path, s, val, backends.get)
+        assert rec["ordering_ok"] and [rec["solo"][m]["correct"] for m in models.MODELS] == list(right)
+    else:
+        with pytest.raises(ValueError, match="^models stage: solo accuracy") as err:
+            models.validation_check(tmp_path, s, val, backends.get)
+        assert "\n" not in str(err.value)
+    rec = json.loads((tmp_path / "validation.json").read_text())
+    assert rec["ordering_ok"] is ok and rec["questions"] == len(val) == 9
+
+
+# ---------------------------------------------------------------- 2. cost: two views
+
+def _traj(turns, id="q0"):
+    return {"id": id, "turns": [{"agent": a, "prompt_tokens": p, "completion_tokens": c} for a, p, c in turns]}
+
+
+W = {"small": 1.0, "mid": 3.0, "big": 6.0, "large": 10.0}  # normaliser 20
+
+
+@pytest.mark.parametrize("turns, roles, study, full", [
+    ([("small", 10, 5)], None, 5 * 1 / 20, 15 * 1 / 20),
+    ([("small", 10, 5), ("mid", 30, 7)], None, (5 + 21) / 20, (15 + 3 * 37) / 20),  # the prompt grows per hand-off
+    ([("small", 10, 5), ("small", 12, 5), ("mid", 40, 2)], None, (10 + 6) / 20, (32 + 3 * 42) / 20),  # a retry pays
+    ([("small", 10, 5), ("mid", 30, 7)], {"small": "mid", "mid": "mid"}, 3 * 12 / 20, 3 * 52 / 20),  # homo: all mid
+    ([("large", 50, 4)], None, 40 / 20, 540 / 20),
+])
+def test_cost_views_on_hand_built_trajectories(turns, roles, study, full):
+    t = _traj(turns)
+    assert cost.question_cost(t, W, roles)["weighted_tokens"] == pytest.approx(study)
+    assert cost.question_cost(t, W, roles, "full")["weighted_tokens"] == pytest.approx(full)
+    v = cost.views([t, t], W, roles)
+    assert v["study"] == pytest.approx(study) and v["full"] == pytest.approx(full)
+    assert v["full / study"] == pytest.approx(full / study) and v["calls"] == len(turns)
+    with pytest.raises(ValueError, match="unknown cost view 'prompt'"):
+        cost.question_cost(t, W, roles, "prompt")
+
+
+def test_the_pareto_chart_takes_the_view():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    # b is cheapest by output tokens, a by every token processed (b's prompts are long)
+    table = pd.DataFrame({"system": ["a", "b"], "accuracy": [0.5, 0.5], "lo": [0.4, 0.4], "hi": [0.6, 0.6],
+                          "weighted_tokens": [10.0, 5.0], "full_weighted_tokens": [20.0, 40.0]})
+    fig, axes = plt.subplots(1, 2)
+    _, front_study = cost.pareto_chart(table, "study", axes[0])
+    _, front_full = cost.pareto_chart(table, "full", axes[1])
+    assert front_study == ["b"] and front_full == ["a"] and "prompt" in axes[1].get_xlabel()
+    plt.close(fig)
+    with pytest.raises(ValueError, match="unknown cost view"):
+        cost.cost_column("tokens")
+
+
+def test_both_cost_views_of_the_recorded_run(recorded):
+    v = {k: cost.views(recs, recorded["weights"], recorded["roles"].get(k)) for k, recs in recorded["systems"].items()}
+    assert v["cl"]["study"] == pytest.approx(11.095, abs=1e-3) and v["cl"]["full"] == pytest.approx(37.811, abs=1e-3)
+    assert v["solo-large"]["study"] == pytest.approx(16.655, abs=1e-3)
+    assert v["solo-large"]["full"] == pytest.approx(45.561, abs=1e-3)
+    # prompts grow with every hand-off: the study's formula understates a pool more than a single model
+    assert v["cl"]["full / study"] > 3.3 > 2.8 > v["solo-large"]["full / study"]
+    summ = A.summary(recorded["systems"], recorded["weights"], models=recorded["roles"])
+    row = summ[summ.task == "all"].set_index("system")
+    assert row.loc["cl", "full_weighted_tokens"] == pytest.approx(v["cl"]["full"])
+
+
+# ---------------------------------------------------------------- 3. words follow numbers: grading, the audit
+
+@pytest.mark.parametrize("answer, bad", [
+    ("1 ÷ 11 ÷ 11 ÷ 11 ÷ 111.</think> <answer>1", True),  # the recorded cl-base answer
+    ("<answer>Dunmere", True), ("2 <action>stop</action>", True), ("x </ANSWER>", True),
+    ("1", False), ("North Vale", False), ("3 < 4", False), (None, False), ("", False),
+])
+def test_malformed(answer, bad):
+    assert projections.malformed(answer) is bad
+
+
+def test_a_malformed_answer_is_no_answer():
+    bad = "1 ÷ 11 ÷ 11 ÷ 11 ÷ 111.</think> <answer>1"
+    assert grade_answer(bad, "1", {"task": "world"})[0]  # the integer grader alone credits its last block
+    rec = {"id": "w1", "gold": "1", "metadata": {"task": "world", "level": 1}, "status": "t_max", "final": None,
+           "n_turns": 1, "turns": [{"agent": "big", "answer": bad, "prompt_tokens": 3, "completion_tokens": 4}]}
+    df = A.score([rec], {"big": 1.0}, "final_or_last")
+    assert not df.correct.iloc[0] and df.malformed.iloc[0] and df.f1.iloc[0] == 0.0
+    clean = {**rec, "turns": [{**rec["turns"][0], "answer": "1"}]}
+    assert A.score([clean], {"big": 1.0}, "final_or_last").correct.iloc[0]
+
+
+def test_cl_base_is_1_7_percent_and_nothing_else_moves(recorded):
+    sc = recorded["sc"]
+    assert int(sc["cl-base"].correct.sum()) == 4 and round(100 * sc["cl-base"].correct.mean(), 1) == 1.7
+    assert sc["cl-base"].malformed.sum() == 48  # malformed projected answers; one was credited before
+    credited = [i for i, r in sc["cl-base"].iterrows() if r.malformed
+                and grade_answer(r.answer, next(x["gold"] for x in recorded["runs"]["cl-base"] if x["id"] == i),
+                                 {"task": r.task})[0]]
+    assert credited == ["w1-06888cdb4d"]
+    assert {k: int(v.correct.sum()) for k, v in sc.items() if k != "cl-base"} == {
+        "cl": 59, "cl-pd": 57, "homo": 83, "solo-big": 102, "solo-large": 92, "solo-mid": 106, "solo-small": 122,
+        "vote": 114, "cascade": 112}
+    assert not any(v.malformed.any() for k, v in sc.items() if k != "cl-base")
+
+
+def _log(counts, header, dup=False):
+    lines = ["MATH CL main-table evaluation summary", f"problems: {header['problems']}",
+             f"correct: {header['correct']}", f"EM: {header['em_percent']:.2f}%", f"F1: {header['f1_percent']:.2f}%", ""]
+    i = 0
+    for src, c in counts.items():
+        for k in range(c["rows"]):
+            lines.append(json.dumps({"problem_id": f"p{0 if dup else i:05d}", "answer_source": src,
+                                     "em": int(k < c["correct"])}))
+            i += 1
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("mutate, rc, says", [
+    (None, 0, "agrees with"),
+    (lambda c: c["raw_final_answer"].update(correct=7), 1, "raw_final_answer.correct: shipped 8, counted 7"),
+    (lambda c: c["first_tentative_overlong"].update(rows=488), 1, "first_tentative_overlong.rows: shipped 489"),
+])
+def test_the_recount_script_on_a_log_of_the_study_s_shape(tmp_path, mutate, rc, says):
+    audit = json.loads((ROOT / "data/collab/study_audit.json").read_text())
+    assert audit["answer_source_counts"]["first_tentative_overlong"] == {"rows": 489, "correct": 384, "wrong": 105}
+    assert "hand-checked tally" in audit["provenance"]["read"]  # the shipped counts are this project's tally
+    counts = copy.deepcopy(audit["answer_source_counts"])
+    if mutate:
+        mutate(counts)
+    log = tmp_path / "evaluation.log"
+    log.write_text(_log(counts, audit["header"]))
+    p = subprocess.run([sys.executable, str(ROOT / "scripts/recount_collab_audit.py"), str(log), "--audit",
+                        str(ROOT / "data/collab/study_audit.json")], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == rc and says in p.stdout + p.stderr, p.stdout + p.stderr
+    assert audit_count.log_url(audit["provenance"]) == audit_count.LOG_URL in p.stdout
+
+
+def test_the_recount_never_downloads(tmp_path, capsys):
+    assert audit_count.main([str(tmp_path / "missing.log")]) == 2
+    assert audit_count.LOG_URL in capsys.readouterr().err
+    assert not list((ROOT / "data/collab").glob("*.log"))  # the unlicensed log is never shipped
+
+
+# ---------------------------------------------------------------- 4. Holm and power
+
+@pytest.mark.parametrize("p, adjusted, rejected", [
+    ([0.01, 0.04, 0.03, 0.005], [0.03, 0.06, 0.06, 0.02], [True, False, False, True]),
+    ([0.01, 0.02, 0.03], [0.03, 0.04, 0.04], [True, True, True]),  # step-down: monotone
+    ([0.5], [0.5], [False]),
+    ([0.3, 0.6], [0.6, 0.6], [False, False]),
+    ([0.001] * 3, [0.003] * 3, [True] * 3),  # ties
+])
+def test_holm(p, adjusted, rejected):
+    adj, rej = A.holm(p)
+    assert adj == pytest.approx(adjusted) and list(rej) == rejected
+
+
+def test_the_recorded_family_under_holm(recorded):
+    sc, systems = recorded["sc"], [k for k in recorded["systems"] if k != "cl"]
+    pairs = [("cl", b) for b in sorted(systems)] + [("solo-large", m) for m in ("solo-small", "solo-mid", "solo-big")]
+    fam = A.family(pd.DataFrame([A.paired(sc, a, b) for a, b in pairs])).set_index(["A", "B"])
+    assert len(fam) == 12
+    mid = fam.loc[("solo-large", "solo-mid")]
+    assert mid.p == pytest.approx(0.0288, abs=1e-4) and mid.verdict == "lower"
+    assert mid["p (Holm)"] > 0.05 and mid["verdict (Holm)"].startswith("not distinguishable")  # fails Holm
+    held = [k for k, r in fam.iterrows() if not r["verdict (Holm)"].startswith("not")]
+    assert len(held) == 9 and ("cl", "solo-large") in held
+    assert (fam["MDE (points)"] > 0).all() and fam.loc[("cl", "cl-pd"), "MDE (points)"] < 4  # 8 discordant of 240
+
+
+def _exact_power(n, p10, p01, alpha=0.05):
+    """Power of the exact (conditional binomial) McNemar test, summed over the number of discordant pairs."""
+    from scipy.stats import binom, binomtest
+
+    psi, power = p10 + p01, 0.0
+    for d in range(1, n + 1):
+        w = binom.pmf(d, n, psi)
+        if w < 1e-12:
+            continue
+        reject = [k for k in range(d + 1) if binomtest(k, d, 0.5).pvalue < alpha]
+        power += w * binom.pmf(reject, d, p10 / psi).sum()
+    return power
+
+
+@pytest.mark.parametrize("diff, psi, alpha, power, n", [
+    (0.05, 0.2375, 0.05, 0.8, 744),  # the recorded pilot: cl against solo-large, 57 / 240 discordant
+    (0.05, 0.30, 0.05, 0.8, 940),
+    (0.10, 0.30, 0.05, 0.8, 234),
+    (0.05, 0.2375, 0.05 / 12, 0.8, 1303),  # Holm's worst case over the chapter's 12 tests
+    (0.05, 0.2375, 0.05, 0.9, 995),
+])
+def test_mcnemar_n_is_connor_1987(diff, psi, alpha, power, n):
+    from scipy.stats import norm
+
+    za, zb = norm.ppf(1 - alpha / 2), norm.ppf(power)
+    assert A.mcnemar_n(diff, psi, alpha, power) == n == int(np.ceil(
+        (za * np.sqrt(psi) + zb * np.sqrt(psi - diff ** 2)) ** 2 / diff ** 2))
+    assert A.mcnemar_mde(n, psi, alpha, power) <= diff < A.mcnemar_mde(n - 1, psi, alpha, power) + 1e-9
+
+
+def test_the_formula_s_n_gives_about_80_percent_exact_power():
+    n = A.mcnemar_n(0.10, 0.30)
+    assert 0.76 < _exact_power(n, 0.20, 0.10) < 0.84
+
+
+@pytest.mark.parametrize("args", [(0.0, 0.3), (0.4, 0.3), (0.05, 1.2)])
+def test_mcnemar_n_refuses_impossible_effects(args):
+    with pytest.raises(ValueError, match="need 0 < |diff| ≤ discordance ≤ 1"):
+        A.mcnemar_n(*args)
+
+
+def test_mde_of_a_null_without_discordance_is_nan():
+    assert np.isnan(A.mcnemar_mde(240, 0.0)) and np.isnan(A.mcnemar_mde(0, 0.2))
+    assert np.isnan(A.mcnemar_mde(3, 0.01))  # too few pairs to detect any effect up to ψ
+
+
+def test_the_ordered_scale_s_test_set_is_powered_by_the_pilot(recorded):
+    t = A.paired(recorded["sc"], "cl", "solo-large")
+    need = A.mcnemar_n(0.05, (t["a_only"] + t["b_only"]) / t["n"])
+    s = pipeline.load_scale("h200-ordered")
+    n_test = len(s["data"]["world_levels"]) * s["eval"]["world_per_level"] + s["eval"]["qa_n"]
+    assert need == 744 and n_test == 840 >= need
+    start = time.time()
+    assert len(pipeline.problems(s, "test")) == n_test and time.time() - start < 60
