@@ -98,7 +98,8 @@ def main(argv=None) -> int:
     audit = json.loads(a.audit.read_text())
     bad = compare(counted, audit)
     print(json.dumps({k: counted[k] for k in ("answer_source_counts", "rows", "correct", "header")}, indent=1))
-    print(f"recounted from {a.log}; the log's public copy: {log_url(audit['provenance'])}")
+    where = log_url(audit["provenance"]) if "provenance" in audit else LOG_URL
+    print(f"recounted from {a.log}; the log's public copy: {where}")
     if bad:
         print(f"DISAGREES with {a.audit} (this project's hand tally):\n  " + "\n  ".join(bad), file=sys.stderr)
         return 1
