@@ -24,8 +24,10 @@ Skill must rise with size (issue 23: the recorded run trained larger models fewe
   (steps × batch × seq_len) as the next smaller one; one line names the first breach.
 - :func:`validation_problems`: a validation split the size of the test set, drawn at
   ``data.seed`` + :data:`VALIDATION_SEED_OFFSET`, sharing no underlying problem with the test set
-  (:func:`underlying`: a world problem's start and calculations, a QA question's chain of facts)
-  nor, for world problems, with the training set (QA has only 144 chains, all in training).
+  (:func:`underlying`: a world problem's start and calculations, a QA question's chain of facts);
+  world problems outside the training set come first, but level-1 arithmetic has few calculations
+  and QA only 144 chains, all in training (so are the test set's): the overlap with training is
+  recorded (:func:`overlap`), not avoided.
 - :func:`validation_check`: each base model alone on it (greedy, as the eval stage runs solo),
   scored as the chapter scores, then :func:`.analysis.ordering_check`; written to
   ``validation.json`` and returned for the models stage's record; a failure raises one line.
