@@ -160,6 +160,8 @@ def test_validation_check_records_and_stops(tmp_path, right, ok):
         assert "\n" not in str(err.value)
     rec = json.loads((tmp_path / "validation.json").read_text())
     assert rec["ordering_ok"] is ok and rec["questions"] == len(val) == 9
+    backends = {m: Scripted(golds, r) for m, r in zip(models.MODELS, right)}
+    assert models.validation_check(tmp_path / "no-stop", s, val, backends.get, stop=False)["ordering_ok"] is ok
 
 
 # ---------------------------------------------------------------- 2. cost: two views

@@ -233,11 +233,13 @@ def overlap(problems: list, others: list) -> int:
     return sum(underlying(p) in keys for p in problems)
 
 
-def validation_check(out: Path, s: dict, problems: list, backend_for, train: list | None = None) -> dict:
+def validation_check(out: Path, s: dict, problems: list, backend_for, train: list | None = None,
+                     stop: bool = True) -> dict:
     """Each base model alone on the validation ``problems`` (greedy, ``eval.max_tokens``; ``backend_for(m)``
     gives model m's backend), each run a resumable solo record in ``out/validation/<m>/``, scored by
     :func:`.analysis.score` (``final``); :func:`.analysis.ordering_check` of the four. Writes
-    ``out/validation.json`` and returns it (the models stage's record); raises one line when it fails."""
+    ``out/validation.json`` and returns it (the models stage's record); raises one line when it fails
+    (``stop=False``: records the failure only — the smoke scale, whose numbers mean nothing)."""
     from ...backends import SamplingParams
     from . import analysis
     from . import scheduler as sched
@@ -254,6 +256,6 @@ def validation_check(out: Path, s: dict, problems: list, backend_for, train: lis
               "seed": s["data"]["seed"] + VALIDATION_SEED_OFFSET,
               "sharing an underlying problem with training": overlap(problems, train) if train is not None else None}
     (out / "validation.json").write_text(json.dumps(record, indent=1) + "\n")
-    if not ok:
+    if not ok and stop:
         raise ValueError(f"models stage: {reason} (validation split, {out / 'validation.json'})")
     return record
