@@ -215,6 +215,8 @@ def test_both_cost_views_of_the_recorded_run(recorded):
     assert v["solo-large"]["full"] == pytest.approx(45.561, abs=1e-3)
     # prompts grow with every hand-off: the study's formula understates a pool more than a single model
     assert v["cl"]["full / study"] > 3.3 > 2.8 > v["solo-large"]["full / study"]
+    table = cost.views_table(recorded["systems"], recorded["weights"], recorded["roles"]).set_index("system")
+    assert list(table.index[:2]) == ["solo-small", "solo-mid"] and table.loc["cl", "full"] == pytest.approx(v["cl"]["full"])
     summ = A.summary(recorded["systems"], recorded["weights"], models=recorded["roles"])
     row = summ[summ.task == "all"].set_index("system")
     assert row.loc["cl", "full_weighted_tokens"] == pytest.approx(v["cl"]["full"])

@@ -26,7 +26,8 @@ Two views (:data:`VIEWS`), side by side in the chapter:
   served model's prefill is cheaper per token than decoding, so this is an upper view, the
   study's a lower one).
 
-:func:`question_cost` / :func:`run_cost` take the view; :func:`views` gives both for a run;
+:func:`question_cost` / :func:`run_cost` take the view; :func:`views` gives both for a run and
+:func:`views_table` for every system;
 :func:`pareto_chart` draws accuracy against either view's cost with that view's frontier.
 """
 from __future__ import annotations
@@ -108,6 +109,16 @@ def views(trajectories: list[dict], weights: dict[str, float], models: dict[str,
     ratio = full["weighted_tokens"] / study["weighted_tokens"] if study["weighted_tokens"] else float("nan")
     return {"study": study["weighted_tokens"], "full": full["weighted_tokens"], "full / study": ratio,
             "calls": study["calls"], "questions": study["questions"]}
+
+
+def views_table(systems: dict[str, list[dict]], weights: dict[str, float],
+                models: dict[str, dict[str, str]] | None = None):
+    """:func:`views` of every system side by side (a pandas frame, one row per system, cheapest by the study's
+    formula first); ``models``: system → role → model (:func:`.analysis.role_models`)."""
+    import pandas as pd
+
+    rows = [{"system": k, **views(v, weights, (models or {}).get(k))} for k, v in systems.items()]
+    return pd.DataFrame(rows).sort_values("study").reset_index(drop=True)
 
 
 def pareto_chart(table, view: str = "study", ax=None, label: bool = True):
