@@ -1,6 +1,8 @@
-"""Part IV's analysis (polyvox.studies.world.analysis) and the book's across-seed interval
+"""Part IV's analysis (polyvox.studies.world.analysis and .inference) and the book's across-seed interval
 (polyvox.metrics.seed_bootstrap): tested once here, used by the replication chapter and the findings summary."""
 import json
+import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +11,7 @@ import pytest
 
 from polyvox import metrics
 from polyvox.studies.world import analysis as W
+from polyvox.studies.world import inference as I
 
 WORLD = Path(__file__).resolve().parents[1] / "data" / "runs" / "world"
 
@@ -116,19 +119,171 @@ def test_level_verdicts_on_a_constructed_pair():
 
 def test_think_minus_panel_across_the_recorded_seeds_is_bounded():
     seeds = W.seeds(WORLD)
-    per_seed, (m, lo, hi) = W.think_minus_panel(WORLD, seeds, W.caps(WORLD, seeds[0])[-1])
-    assert len(per_seed) == len(seeds) == 3
+    per_seed, comp = W.think_minus_panel(WORLD, seeds, W.caps(WORLD, seeds[0])[-1], n_boot=1000, n_perm=2000)
+    m, lo, hi = comp.interval
+    assert len(per_seed) == len(seeds) == 3 and list(per_seed.p) == comp.p_seed
     assert m == pytest.approx(per_seed["think − panel"].mean())
     assert -1 <= lo <= m <= hi <= 1 and per_seed["think − panel"].min() - 0.05 <= lo
 
 
 def test_hillclimb_on_the_recorded_seeds():
     seeds = W.seeds(WORLD)
-    climb = W.hillclimb(WORLD, seeds)
+    climb = W.hillclimb(WORLD, seeds, n_boot=1000, n_perm=2000)
     assert climb["collapsed"] == {("think", 1): 12}
     assert len(climb["gains"]) == 2 * len(seeds) and len(climb["kept"]) == 2 * len(seeds) - 1
     for a in W.ARMS:
-        m, lo, hi = climb["gain"][a]
+        m, lo, hi = climb["gain"][a].interval
         assert -1 <= lo <= m <= hi <= 1
+        # the per-level outcomes behind the logged rates give back the logged means
+        assert climb["gain"][a].per_seed == pytest.approx(tuple(climb["gains"][climb["gains"].arm == a].gain))
     dead, n = W.dead_levels(climb)
     assert dead == ["olympiad"] and n == 4
+
+
+# ---------------------------------------------------------------- intervals within the possible range
+
+@pytest.mark.parametrize("method", ["percentile", "bca"])
+def test_intervals_stay_within_range_on_extreme_cases(method):
+    ones, zeros = np.ones(50), np.zeros(50)
+    boot = lambda groups, **kw: I.seeds_problems(groups, n_boot=500, method=method, **kw)  # noqa: E731
+    assert tuple(boot([ones, ones, ones], bounds=(0, 1))) == (1.0, 1.0, 1.0)  # all correct
+    assert tuple(boot([zeros, zeros, zeros], bounds=(0, 1))) == (0.0, 0.0, 0.0)  # all wrong
+    m, lo, hi = boot([ones, zeros], bounds=(0, 1))  # 2 seeds at the two extremes
+    assert 0 <= lo <= m <= hi <= 1
+    m, lo, hi = boot([(zeros, ones), (zeros, ones)], combine=lambda s, e: e - s)  # every seed from 0 to 1
+    assert (m, lo, hi) == (1.0, 1.0, 1.0)
+    m, lo, hi = boot([np.ones(30), -np.ones(30)], bounds=(-1, 1))  # differences at both ends, 2 seeds
+    assert -1 <= lo <= m <= hi <= 1
+    _, tlo, thi = metrics.t_interval([1.0, -1.0])
+    assert tlo < -1 and thi > 1  # what a t-interval on 2 seeds prints for the same data
+    with pytest.raises(AssertionError, match="outside"):
+        boot([ones * 2], bounds=(0, 1))  # a bound is checked, not clipped silently
+
+
+def test_bootstrap_pinned_on_a_hand_checkable_case():
+    # 3 seeds of one value each: a replicate is the mean of 3 draws of {0.2, 0.5, 0.8}; each extreme has
+    # probability 1/27 > 2.5%, so the 95% interval is exactly (0.2, 0.8); the replicates' variance is the
+    # population variance 0.06 over 3 seeds = 0.02
+    iv = I.seeds_problems([[0.2], [0.5], [0.8]], n_boot=20000)
+    assert (iv.mean, iv.low, iv.high) == pytest.approx((0.5, 0.2, 0.8))
+    assert iv.se == pytest.approx(math.sqrt(0.02), rel=0.02)
+    # the MDE from it: (1.96 + 0.84) * se * sqrt(3 / 2)
+    assert I.mde(iv) == pytest.approx((1.959964 + 0.841621) * iv.se * math.sqrt(1.5), rel=1e-5)
+    # strata are resampled within: two levels, each constant, leave nothing to resample
+    u = I.Units([1, 1, 0, 0], ["3", "3", "5", "5"])
+    assert tuple(I.seeds_problems([u], n_boot=200)) == (0.5, 0.5, 0.5)
+    assert I.seeds_problems([[1, 1, 0, 0]], n_boot=200).se > 0.1
+    # without strata, the percentile interval is metrics.seed_bootstrap's, draw for draw
+    g = [np.r_[np.ones(7), np.zeros(5)], np.r_[np.ones(3), np.zeros(9)], np.linspace(0, 1, 8)]
+    assert tuple(I.seeds_problems(g)) == pytest.approx(metrics.seed_bootstrap(g))
+    assert I.seeds_problems(g, seed=1) != I.seeds_problems(g, seed=2)
+    assert tuple(I.seeds_problems(g, seed=3)) == tuple(I.seeds_problems(g, seed=3))
+
+
+def test_level_units_from_logged_rates():
+    u = I.level_units({"3": 1.0, "5": 0.36}, 50)
+    assert len(u.values) == 100 and u.values.sum() == 68 and sorted(set(u.strata)) == ["3", "5"]
+    with pytest.raises(ValueError, match="not a share"):
+        I.level_units({"3": 0.33}, 50)
+
+
+# ---------------------------------------------------------------- minimum detectable effect
+
+def test_mde_two_proportions_against_the_closed_form():
+    za, zb = 1.959964, 0.841621
+    for p, n in ((0.5, 200), (0.68, 600), (0.2, 1000)):
+        d = I.mde_two_proportions(p, n)
+        p2 = p + d
+        pbar = (p + p2) / 2
+        # the closed-form sample size (Fleiss, no continuity correction) at this d gives back n
+        n_closed = (za * math.sqrt(2 * pbar * (1 - pbar)) + zb * math.sqrt(p * (1 - p) + p2 * (1 - p2))) ** 2 / d ** 2
+        assert n_closed == pytest.approx(n, rel=1e-5)
+        assert I.power_two_proportions(p, p2, n, n) == pytest.approx(0.8, abs=1e-9)
+    assert I.mde_two_proportions(0.5, 200) == pytest.approx(0.1384, abs=5e-4)  # near 2.80 * sqrt(2 * 0.25 / 200) = 0.140
+    assert math.isnan(I.mde_two_proportions(0.99, 5))  # even the largest possible change is underpowered
+    assert I.mde_two_proportions(0.3, 400, direction=-1) > 0
+
+
+def test_mde_from_the_bootstrap_matches_two_proportions_for_one_seed():
+    rng = np.random.default_rng(0)
+    n = 400
+    start, end = (rng.permutation(np.r_[np.ones(n // 2), np.zeros(n // 2)]) for _ in range(2))
+    iv = I.seeds_problems([(start, end)], combine=lambda s, e: e - s, n_boot=8000)
+    assert I.mde(iv) == pytest.approx(I.mde_two_proportions(0.5, n), rel=0.06)
+
+
+# ---------------------------------------------------------------- tests and their words
+
+def test_holm_by_hand():
+    adj = I.holm([0.01, 0.04, 0.03, 0.005])
+    # sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04 -> monotone 0.02, 0.03, 0.06, 0.06
+    assert adj.tolist() == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert I.holm([0.5, 0.9]).tolist() == [1.0, 1.0]  # 0.5 x 2 = 1.0, then never below it
+    assert I.holm([0.9, 0.01]).tolist() == [0.9, 0.02]
+
+
+def test_sign_flip_and_permutation_tests():
+    up = np.full(30, 0.2)
+    assert I.sign_flip_test([up], n_perm=999) == pytest.approx(1 / 1000)  # no flip reaches every sign positive
+    assert I.sign_flip_test([np.r_[up, -up]], n_perm=999) == 1.0
+    a, b = I.Units(np.r_[np.ones(10), np.zeros(40)], ["5"] * 50), I.Units(np.r_[np.ones(40), np.zeros(10)], ["5"] * 50)
+    assert I.permutation_test([(a, b)], n_perm=999) == pytest.approx(1 / 1000)
+    assert I.permutation_test([(a, a)], n_perm=999) == 1.0
+    # levels at 0 and 1 in both evaluations add nothing to permute
+    c = I.Units(np.r_[np.ones(50), np.zeros(50)], ["3"] * 50 + ["olympiad"] * 50)
+    assert I.permutation_test([(c, c)], n_perm=99) == 1.0
+    assert I.sign_test([0.1, 0.2, 0.3]) == (0.25, 0.25, 3)
+    assert I.sign_test([0.1, 0.0, -0.3])[2] == 2
+
+
+def _comparison(per_seed, p_seed, p_pooled, low, high, se=0.05):
+    iv = I.Interval(float(np.mean(per_seed)), low, high, se, len(per_seed), tuple(per_seed))
+    return I.Comparison("x", iv, list(range(len(per_seed))), list(p_seed), p_pooled, "pooled test")
+
+
+def test_verdict_wording_is_computed():
+    words = ("tiny-think higher", "tiny-panel higher", "no detectable difference")
+    # each seed significant and positive, interval above 0: the direction, and the sentence says every seed
+    c = _comparison([0.053, 0.301, 0.068], [1e-4] * 3, 1e-4, 0.047, 0.296)
+    assert c.kind() == "across seeds" and c.verdict(*words) == "tiny-think higher"
+    assert c.seeds_sentence().startswith("every seed has the same sign, each significant")
+    assert "sign test over the 3 seeds that are not ties p = 0.250" in c.seeds_sentence()
+    # each seed significant and positive but the across-seed interval holds 0: it still says so
+    c = _comparison([0.05, 0.30, 0.07], [1e-3] * 3, 0.2, -0.01, 0.30)
+    assert c.kind() == "every seed" and c.verdict(*words).startswith("tiny-think higher in every seed, each significant")
+    # a null carries its minimum detectable effect
+    c = _comparison([-0.044, 0.106, -0.05], [0.08, 0.01, 0.08], 0.8, -0.062, 0.101)
+    assert c.kind() == "none"
+    assert c.verdict(*words) == (f"no detectable difference — no difference larger than {100 * c.mde:.1f} points "
+                                 "(minimum detectable effect, 80% power, α = 0.05)")
+    assert c.seeds_sentence().startswith("the seeds differ in sign, 1 of 3 significant")
+    # a direction carried by one seed says so
+    c = _comparison([-0.03, -0.585, -0.03], [0.35, 1e-4, 0.37], 1e-4, -0.58, -0.01)
+    assert c.verdict("a gain", "a loss", "no change") == "a loss, carried by 1 of 3 seeds (the others not significant alone)"
+    # Holm over the family changes what is significant
+    fam = I.holm_family({"a": _comparison([0.1, 0.1], [0.02, 0.03], 0.01, 0.05, 0.15),
+                         "b": _comparison([0.1, 0.1], [0.5, 0.6], 0.4, -0.1, 0.3)})
+    # six tests: 0.01, 0.02, 0.03 (a's pooled and seeds) times 6, 5, 4; b's 0.4, 0.5, 0.6 times 3, 2, 1 -> 1
+    assert fam["a"].p_seed_holm == pytest.approx([0.10, 0.12]) and fam["a"].p_pooled_holm == pytest.approx(0.06)
+    assert fam["b"].p_seed_holm == [1.0, 1.0] and fam["b"].p_pooled_holm == 1.0
+    assert fam["a"].kind() == "none"
+
+
+def test_the_recorded_family_and_the_findings_rows():
+    from polyvox.book import findings as F
+
+    t = W.tests(WORLD, W.seeds(WORLD), n_boot=1000, n_perm=2000)
+    fam = t["tests"]
+    assert t["caps"] == [256, 1024] and len(fam) == 6
+    for c in fam.values():
+        assert -1 <= c.interval.low <= c.interval.mean <= c.interval.high <= 1 and 0 < c.mde <= 1
+    big = fam[W.cap_key(1024)]  # the issue: every seed higher and significant, yet "no difference distinguishable"
+    assert all(x > 0 for x in big.per_seed) and big.every_seed() and big.kind() == "across seeds"
+    assert fam[W.cap_key(256)].kind() == "none" and fam[W.gain_key("panel")].kind() == "none"
+    rows = F._world(Path(__file__).resolve().parents[1])
+    text = " ".join(r.detail for r in rows)
+    assert "tiny-think higher" in text and "every seed has the same sign, each significant" in text
+    assert "no difference distinguishable across seeds" not in text.split("At 256 tokens")[0]
+    assert re.search(r"no change larger than \d+\.\d points", text)  # the panel arm's null, with its MDE
+    for lo, hi in re.findall(r"interval ([-+]\d+\.\d) to ([-+]\d+\.\d)", text):
+        assert -100 <= float(lo) <= float(hi) <= 100

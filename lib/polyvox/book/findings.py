@@ -199,36 +199,37 @@ def _collab(root: Path) -> list[Finding]:
 
 
 def _world(root: Path) -> list[Finding]:
-    """Part IV's two comparisons, from the recorded runs, by the chapter's functions: think − panel at each
-    seed's largest cap, and the hill-climb gain per arm with the chapter's collapse rule; intervals are the
-    chapter's across-seed percentile bootstrap (over seeds × problems, or × held-out samples), so they stay
-    inside [−100, +100] points."""
+    """Part IV's comparisons, from the recorded runs, by the chapter's functions (``analysis.tests``: the
+    same family of tests and the same Holm correction): think − panel at the smallest and the largest
+    cap every seed shares, and the hill-climb gain per arm with the chapter's collapse rule. Intervals are
+    the chapter's bootstrap over seeds, then problems (or held-out samples within their level), inside
+    the range the quantity allows; a null carries its minimum detectable effect; the wording is the
+    comparison's own (``Comparison.verdict``)."""
     from ..studies.world import analysis as W
 
     w = root / "data" / "runs" / "world"
     seeds = W.seeds(w)
-    caps = {W.caps(w, k)[-1] for k in seeds}
-    if len(caps) != 1:
-        raise ValueError(f"the seeds' largest caps differ ({sorted(caps)})")
-    cap = caps.pop()
-    per_seed, (m, lo, hi) = W.think_minus_panel(w, seeds, cap)
+    t = W.tests(w, seeds)
+    fam, (small, large) = t["tests"], (t["caps"][0], t["caps"][-1])
+    big, little = fam[W.cap_key(large)], (fam[W.cap_key(small)] if small != large else None)
+    words = ("tiny-think higher", "tiny-panel higher", "no difference distinguishable across seeds")
     out = [Finding("world", "The panel format against a thinking model under matched training (the study's "
                    "comparison confounded format with post-training)", "miniature only",
-                   f"at the largest cap ({cap} tokens), think − panel {W.points(m, lo, hi)} over {len(seeds)} seeds "
-                   f"({W.ACROSS}; per seed " + ", ".join(f"{100 * d:+.1f}" for d in per_seed["think − panel"]) + "): "
-                   + W.sign_verdict(lo, hi, "tiny-think higher", "tiny-panel higher",
-                                    "no difference distinguishable across seeds"),
+                   f"at the largest cap ({large} tokens), think − panel {W.points(*big.interval)} over {len(seeds)} seeds "
+                   f"({W.ACROSS}): **{big.verdict(*words)}** — {big.seeds_sentence()}"
+                   + (f". At {small} tokens: {W.points(*little.interval)}, {little.verdict(*words)}" if little else ""),
                    "book/world/replication")]
-    climb = W.hillclimb(w, seeds)
+    climb = t["hillclimb"]
     parts = []
     for arm, name in W.ARMS.items():
-        gm, glo, ghi = climb["gain"][arm]
+        c = fam[W.gain_key(arm)]
         n_collapsed = sum(a == arm for a, _ in climb["collapsed"])
-        parts.append(f"{name} arm {W.points(gm, glo, ghi)}: " + W.sign_verdict(glo, ghi, "a gain", "a loss", "no clear change")
-                     + (f", {n_collapsed} of {len(seeds)} runs collapsed" if n_collapsed else ""))
+        parts.append(f"{name} arm {W.points(*c.interval)}: {c.verdict('a gain', 'a loss', 'no clear change', 'change')}"
+                     + " (per seed " + ", ".join(f"{100 * x:+.1f}" for x in c.per_seed) + ")"
+                     + (f", {n_collapsed} of {len(seeds)} runs collapsed (included, as recorded)" if n_collapsed else ""))
     out.append(Finding("world", "RL on each arm's own variance band (the study ran the panel arm only)", "miniature only",
-                       f"held-out gain over {len(seeds)} seeds ({W.ACROSS_SAMPLES}): " + "; ".join(parts),
-                       "book/world/replication"))
+                       f"held-out gain over {len(seeds)} seeds ({W.ACROSS_SAMPLES}; {W.PERMUTATION}, Holm-adjusted): "
+                       + "; ".join(parts), "book/world/replication"))
     return out
 
 

@@ -9,10 +9,12 @@ findings summary on the intro page, so that both state one verdict by one rule.
 - :func:`sign_verdict`, :func:`points`: the verdict an interval allows and its sentence;
 - :func:`problem_differences`, :func:`paired_diff`, :func:`level_verdicts`: think − panel per problem,
   with a bootstrap over problems, per level and overall (one seed);
-- :func:`across_seeds`, :func:`gain_across_seeds`: across-seed intervals, a percentile bootstrap over
-  seeds × problems (or × held-out samples where only a rate was logged), inside [−1, 1] by
-  construction (:func:`polyvox.metrics.seed_bootstrap`);
-- :func:`think_minus_panel`, :func:`hillclimb`: the chapter's two comparisons across seeds;
+- :func:`across_seeds`, :func:`gain_across_seeds`, :func:`heldout_units`: across-seed intervals, a
+  percentile bootstrap over seeds, then problems (or held-out samples within their level, where only
+  per-level rates were logged), within the quantity's range by construction (:mod:`.inference`);
+- :func:`think_minus_panel`, :func:`panel_rl`, :func:`hillclimb`: the chapter's comparisons across seeds,
+  each a :class:`~.inference.Comparison` (interval, per-seed and pooled tests, sign test, minimum
+  detectable effect); :func:`tests`: all of them with one Holm correction, for the chapter and findings;
 - :func:`sweep`, :func:`first_cap_table`, :func:`band_stability`: the chapter's tables.
 """
 from __future__ import annotations
@@ -25,6 +27,8 @@ import pandas as pd
 
 from ... import metrics
 from ...records import read_jsonl
+from . import inference as I
+from .inference import ALPHA, POWER, Comparison, Interval, Units, family_table  # noqa: F401 - for the chapter
 
 SYSTEMS = ("tiny-panel", "tiny-think")
 ARMS = {"panel": "panel", "think": "thinking"}  # hill-climb arm -> its name in prose
@@ -154,20 +158,58 @@ def level_verdicts(ev: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return pd.DataFrame(out).set_index("level")
 
 
-def across_seeds(groups, combine=None) -> tuple[float, float, float]:
-    """The chapter's across-seed interval: percentile bootstrap over seeds × problems (95%)."""
-    return metrics.seed_bootstrap(groups, combine=combine, level=LEVEL)
+def across_seeds(groups, combine=None, n_boot: int = I.N_BOOT, bounds=(-1.0, 1.0)) -> Interval:
+    """The chapter's across-seed interval: percentile bootstrap over seeds, then problems (95%);
+    unpacks as (mean, low, high)."""
+    return I.seeds_problems(groups, combine=combine, n_boot=n_boot, level=LEVEL, bounds=bounds)
 
 
-def gain_across_seeds(starts, ends, n: int) -> tuple[float, float, float]:
-    """end − start across seeds where only held-out *rates* of ``n`` samples were logged: the bootstrap
-    redraws each seed's ``n`` samples at both evaluations (per-problem outcomes were not logged)."""
-    groups = [(metrics.outcomes_of(s, n), metrics.outcomes_of(e, n)) for s, e in zip(starts, ends)]
-    return across_seeds(groups, combine=lambda s, e: e - s)
+def _gain(s, e):
+    return e - s
+
+
+def gain_across_seeds(starts, ends, n: int | None = None, n_boot: int = I.N_BOOT) -> Interval:
+    """end − start across seeds: ``starts``/``ends`` are each seed's :class:`Units` (held-out outcomes) or,
+    where only overall rates were logged, rates of ``n`` samples (the bootstrap redraws each seed's
+    samples at both evaluations)."""
+    as_u = (lambda x: x) if n is None else (lambda x: metrics.outcomes_of(x, n))
+    return across_seeds([(as_u(s), as_u(e)) for s, e in zip(starts, ends)], combine=_gain, n_boot=n_boot)
+
+
+def heldout_units(row, cfg: dict) -> Units:
+    """One held-out evaluation of a trainer log as outcomes: each level's samples (problems × samples
+    split equally over the logged levels), 0/1 from the level's rate, stratified by level."""
+    n = cfg["heldout_problems"] * cfg["heldout_samples"]
+    levels = row.get("per_level")
+    try:
+        if not levels or n % len(levels):
+            raise ValueError(f"{n} held-out samples do not split equally over the levels")
+        return I.level_units(levels, n // len(levels))
+    except ValueError:  # levels of unequal sizes (not the pipeline's held-out sets): the overall rate, unstratified
+        return Units(metrics.outcomes_of(row["heldout_mean"], n))
+
+
+def gain_comparison(name: str, seed_list, starts, ends, n_boot: int = I.N_BOOT, n_perm: int = I.N_PERM) -> Comparison:
+    """end − start across seeds from each seed's held-out :class:`Units`: the bootstrap interval, each
+    seed's and the pooled stratified permutation test (labels permuted within seed and level)."""
+    pairs = list(zip(starts, ends))
+    return Comparison(name, across_seeds(pairs, combine=_gain, n_boot=n_boot), list(seed_list),
+                      [I.permutation_test([p], n_perm=n_perm, seed=i) for i, p in enumerate(pairs)],
+                      I.permutation_test(pairs, n_perm=n_perm), PERMUTATION, n_perm)
+
+
+def difference_comparison(name: str, seed_list, diffs, n_boot: int = I.N_BOOT, n_perm: int = I.N_PERM) -> Comparison:
+    """A paired per-problem difference across seeds: the bootstrap interval, each seed's and the pooled
+    sign-flip test over problems."""
+    return Comparison(name, across_seeds(diffs, n_boot=n_boot), list(seed_list),
+                      [I.sign_flip_test([d], n_perm=n_perm, seed=i) for i, d in enumerate(diffs)],
+                      I.sign_flip_test(diffs, n_perm=n_perm), SIGN_FLIP, n_perm)
 
 
 ACROSS = "bootstrap over seeds and problems"  # how the chapter names the interval in prose
-ACROSS_SAMPLES = "bootstrap over seeds and held-out samples"
+ACROSS_SAMPLES = "bootstrap over seeds and held-out samples within their level"
+PERMUTATION = "pooled permutation test (labels permuted within seed and level)"  # how the tests are named in prose
+SIGN_FLIP = "pooled paired test (sign flips of every seed's per-problem differences)"
 
 
 # ---------------------------------------------------------------- the chapter's comparisons
@@ -195,15 +237,17 @@ def first_cap_table(root: str | Path, seed_list, cap: int) -> tuple[pd.DataFrame
     return pd.DataFrame(rows).astype({"problems": "Int64", "samples": "Int64"}), groups
 
 
-def think_minus_panel(root: str | Path, seed_list, cap: int) -> tuple[pd.DataFrame, tuple[float, float, float]]:
-    """Per seed at ``cap``: think − panel (per-problem accuracy) with its bootstrap interval over problems;
-    and the across-seed mean with its bootstrap over seeds × problems."""
+def think_minus_panel(root: str | Path, seed_list, cap: int, n_boot: int = I.N_BOOT,
+                      n_perm: int = I.N_PERM) -> tuple[pd.DataFrame, Comparison]:
+    """Per seed at ``cap``: think − panel (per-problem accuracy) with its bootstrap interval over problems
+    and its sign-flip p (unadjusted); and the comparison across seeds (:func:`difference_comparison`)."""
     rows, groups = [], []
     for k in seed_list:
         d = problem_differences(*load_eval(root, k, cap).values())
         groups.append(d)
         rows.append({"seed": k, **dict(zip(("think − panel", "low", "high"), metrics.bootstrap_ci(d, n_boot=2000, seed=0)))})
-    return pd.DataFrame(rows), across_seeds(groups)
+    comp = difference_comparison(f"think − panel at {cap} tokens", seed_list, groups, n_boot, n_perm)
+    return pd.DataFrame(rows).assign(p=comp.p_seed), comp
 
 
 def sweep(root: str | Path, seed: int, cap_list) -> tuple[pd.DataFrame, dict[int, dict[str, pd.DataFrame]]]:
@@ -220,9 +264,10 @@ def sweep(root: str | Path, seed: int, cap_list) -> tuple[pd.DataFrame, dict[int
     return pd.DataFrame(rows), evs
 
 
-def panel_rl(root: str | Path, seed_list) -> dict:
+def panel_rl(root: str | Path, seed_list, n_boot: int = I.N_BOOT, n_perm: int = I.N_PERM) -> dict:
     """The panel-format RL of every seed: held-out trajectories and training logs (last attempts), the
-    number of attempts, the RL config, and the held-out gain across seeds."""
+    number of attempts, the RL config, held-out accuracy at the start and the end across seeds and the
+    gain (a :class:`Comparison`; outcomes per level from the logged rates)."""
     root = Path(root)
     traj, logs, attempts = {}, {}, {}
     for k in seed_list:
@@ -234,17 +279,19 @@ def panel_rl(root: str | Path, seed_list) -> dict:
     ends = pd.DataFrame({"seed": list(seed_list), "start": [traj[k].heldout_mean.iloc[0] for k in seed_list],
                          "end": [traj[k].heldout_mean.iloc[-1] for k in seed_list],
                          "end step": [int(traj[k].step.iloc[-1]) for k in seed_list]})
+    start = [heldout_units(traj[k].iloc[0], cfg) for k in seed_list]
+    end = [heldout_units(traj[k].iloc[-1], cfg) for k in seed_list]
     return {"traj": traj, "logs": logs, "attempts": attempts, "config": cfg, "heldout_n": n, "ends": ends,
-            "start": across_seeds([metrics.outcomes_of(x, n) for x in ends.start]),
-            "end": across_seeds([metrics.outcomes_of(x, n) for x in ends.end]),
-            "gain": gain_across_seeds(ends.start, ends.end, n),
+            "start": across_seeds(start, n_boot=n_boot, bounds=(0, 1)), "end": across_seeds(end, n_boot=n_boot, bounds=(0, 1)),
+            "gain": gain_comparison("panel RL gain", seed_list, start, end, n_boot, n_perm),
             "restarted": [k for k in seed_list if attempts[k] > 1]}
 
 
-def hillclimb(root: str | Path, seed_list) -> dict:
+def hillclimb(root: str | Path, seed_list, n_boot: int = I.N_BOOT, n_perm: int = I.N_PERM) -> dict:
     """RL of each arm on its own band, every seed: trajectories, logs, configs, the gains table (start,
-    end, gain, share of all-equal groups), collapsed runs by the collapse rule, and per arm the gain
-    across seeds with and without the collapsed runs."""
+    end, gain, share of all-equal groups), collapsed runs by the collapse rule, per arm the gain across
+    seeds as recorded (a :class:`Comparison`, collapsed runs included) and without the collapsed runs
+    (an :class:`Interval`), and the panel − thinking gap at step 0 (a :class:`Comparison`)."""
     root = Path(root)
     traj, logs = {a: {} for a in ARMS}, {a: {} for a in ARMS}
     for a in ARMS:
@@ -260,13 +307,17 @@ def hillclimb(root: str | Path, seed_list) -> dict:
                           for a in ARMS for k, t in traj[a].items()])
     collapsed = {(a, k): step for a in ARMS for k in seed_list if (step := collapse_step(logs[a][k])) is not None}
     kept = gains[[(r.arm, r.seed) not in collapsed for r in gains.itertuples()]]
-    across = {a: gain_across_seeds(g.start, g.end, n) for a, g in gains.groupby("arm")}
-    across_kept = {a: gain_across_seeds(g.start, g.end, n) for a, g in kept.groupby("arm")}
+    units = {a: {k: (heldout_units(t.iloc[0], cfg[a]), heldout_units(t.iloc[-1], cfg[a])) for k, t in traj[a].items()}
+             for a in ARMS}
+    across = {a: gain_comparison(gain_key(a), seed_list, *zip(*units[a].values()), n_boot, n_perm)
+              for a in ARMS}
+    across_kept = {a: gain_across_seeds(*zip(*[units[a][k] for k in g.seed]), n_boot=n_boot) for a, g in kept.groupby("arm")}
+    gap = [(units["think"][k][0], units["panel"][k][0]) for k in seed_list]  # panel − think at step 0
     return {"traj": traj, "logs": logs, "config": cfg, "heldout_n": n, "gains": gains, "kept": kept,
             "collapsed": collapsed, "gain": across, "gain_kept": across_kept,
-            "start_gap": across_seeds([(metrics.outcomes_of(p, n), metrics.outcomes_of(t, n)) for p, t in
-                                       zip(gains[gains.arm == "panel"].start, gains[gains.arm == "think"].start)],
-                                      combine=lambda p, t: p - t),
+            "start_gap": Comparison("panel − thinking at step 0", across_seeds(gap, combine=_gain, n_boot=n_boot),
+                                    list(seed_list), [I.permutation_test([p], n_perm=n_perm, seed=i) for i, p in enumerate(gap)],
+                                    I.permutation_test(gap, n_perm=n_perm), PERMUTATION, n_perm),
             "smoke_fallback": [f"{a} seed {k}" for a in ARMS for k in seed_list
                                if (root / f"seed-{k}" / f"hillclimb-{a}" / "SMOKE_BAND_WAS_EMPTY").exists()]}
 
@@ -327,3 +378,44 @@ def environment(root: str | Path, keys=VERSION_KEYS) -> pd.DataFrame:
         rows.append({"record": str(f.parent.relative_to(root)), "device": m.get("device"),
                      **{k: m.get("versions", {}).get(k) for k in keys}})
     return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------- the family of tests
+
+def common_caps(root: str | Path, seed_list) -> list[int]:
+    """The token caps every seed was evaluated at."""
+    out = sorted(set.intersection(*(set(caps(root, k)) for k in seed_list)))
+    if not out:
+        raise ValueError("no token cap is shared by every seed")
+    return out
+
+
+def cap_key(cap: int) -> str:
+    """The family's name of think − panel at ``cap`` tokens."""
+    return f"think − panel at {cap} tokens"
+
+
+def gain_key(arm: str) -> str:
+    """The family's name of an arm's hill-climb gain (``panel`` / ``think``)."""
+    return f"hill-climb gain, {ARMS[arm]} arm"
+
+
+def tests(root: str | Path, seed_list, n_boot: int = I.N_BOOT, n_perm: int = I.N_PERM) -> dict:
+    """Every comparison the chapter and the findings summary state, with one Holm correction over all of
+    their tests (each seed's and the pooled one): ``tests`` (name → :class:`Comparison`: the panel RL
+    gain, think − panel at the smallest and the largest cap every seed shares (:func:`cap_key`), each
+    arm's hill-climb gain as recorded (:func:`gain_key`), the panel − thinking gap at step 0),
+    ``caps`` (the caps compared), ``per_seed`` (cap → :func:`think_minus_panel`'s table, with each
+    seed's Holm-adjusted p), ``panel_rl`` and ``hillclimb`` (their dicts)."""
+    shared = common_caps(root, seed_list)
+    compared = sorted({shared[0], shared[-1]})
+    prl, climb = panel_rl(root, seed_list, n_boot, n_perm), hillclimb(root, seed_list, n_boot, n_perm)
+    fam, per_seed = {"panel RL gain": prl["gain"]}, {}
+    for cap in compared:
+        per_seed[cap], fam[cap_key(cap)] = think_minus_panel(root, seed_list, cap, n_boot, n_perm)
+    fam.update({gain_key(a): climb["gain"][a] for a in ARMS})
+    fam["panel − thinking at step 0"] = climb["start_gap"]
+    I.holm_family(fam)
+    for cap in compared:
+        per_seed[cap]["p (Holm)"] = fam[cap_key(cap)].p_seed_holm
+    return {"tests": fam, "caps": compared, "per_seed": per_seed, "panel_rl": prl, "hillclimb": climb}

@@ -1,0 +1,407 @@
+"""Part IV's inference across RL seeds: intervals that stay within what a quantity allows, tests that use
+every problem of every seed, the effect each null could have detected, and one Holm correction over the
+chapter's family of tests. Generic: nothing here reads a run folder (``analysis`` builds the chapter's
+comparisons from the records with these functions).
+
+- :class:`Units`, :func:`level_units`: one evaluation of one seed, a value per problem or per held-out
+  sample, optionally stratified (by level: a held-out set has a fixed number of problems per level);
+- :func:`seeds_problems`: the across-seed interval, a two-stage bootstrap (seeds with replacement, then
+  units within each drawn seed, within strata), percentile or BCa, seeded, ``n_boot`` from the caller.
+  Every replicate is a mean of values the quantity can take, so the interval lies within the range the
+  data allow (an accuracy in [0, 1], a difference or a gain in [−1, 1]); ``bounds`` is checked, not
+  needed;
+- :func:`mde`, :func:`mde_two_proportions`, :func:`power_two_proportions`: the minimum detectable effect
+  at 80 % power, α = 0.05, from the bootstrap's standard error, and the closed-form two-proportion one;
+- :func:`sign_flip_test` (paired, per problem), :func:`permutation_test` (two evaluations, labels
+  permuted within seed and stratum), :func:`sign_test` (signs of the seeds), :func:`holm`;
+- :class:`Comparison`, :func:`holm_family`: one comparison across seeds with its per-seed and pooled
+  tests, its verdict and its sentence, computed from the numbers (never typed).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+from scipy import stats
+
+ALPHA = 0.05
+POWER = 0.8
+LEVEL = 0.95
+N_BOOT = 4000
+N_PERM = 10000
+
+
+# ---------------------------------------------------------------- units of one seed
+
+@dataclass(frozen=True, eq=False)
+class Units:
+    """One evaluation of one seed: one value per unit (a problem's accuracy or difference, or a held-out
+    sample's 0/1 outcome) and, optionally, each unit's stratum (its level), within which the bootstrap
+    resamples and the permutation test permutes."""
+    values: np.ndarray
+    strata: np.ndarray | None = None
+
+    def __post_init__(self):
+        v = np.atleast_1d(np.asarray(self.values, dtype=np.float64))
+        if v.ndim != 1 or len(v) == 0:
+            raise ValueError("Units: need a non-empty 1-D array of values")
+        object.__setattr__(self, "values", v)
+        if self.strata is not None:
+            s = np.asarray(self.strata).astype(str)
+            if s.shape != v.shape:
+                raise ValueError("Units: one stratum per value")
+            object.__setattr__(self, "strata", s)
+
+    def groups(self) -> list[np.ndarray]:
+        """The values of each stratum (all values when there are no strata)."""
+        if self.strata is None:
+            return [self.values]
+        return [self.values[self.strata == s] for s in sorted(set(self.strata))]
+
+    def mean(self) -> float:
+        return float(self.values.mean())
+
+
+def as_units(x) -> Units:
+    return x if isinstance(x, Units) else Units(x)
+
+
+def level_units(rates: dict, per_level: int) -> Units:
+    """The 0/1 outcomes behind held-out rates logged per level, ``per_level`` samples in each level
+    (where the trainer logged rates, not outcomes), stratified by level."""
+    values, strata = [], []
+    for lv, r in rates.items():
+        c = r * per_level
+        if abs(c - round(c)) > 1e-6 or not 0 <= round(c) <= per_level:
+            raise ValueError(f"level_units: rate {r} of level {lv} is not a share of {per_level} samples")
+        values += [1.0] * round(c) + [0.0] * (per_level - round(c))
+        strata += [str(lv)] * per_level
+    return Units(np.array(values), np.array(strata))
+
+
+# ---------------------------------------------------------------- the across-seed interval
+
+@dataclass(frozen=True)
+class Interval:
+    """An estimate across seeds with its interval; unpacks as ``(mean, low, high)``."""
+    mean: float
+    low: float
+    high: float
+    se: float  # standard deviation of the bootstrap replicates
+    seeds: int
+    per_seed: tuple = ()
+    method: str = "percentile"
+
+    def __iter__(self):
+        return iter((self.mean, self.low, self.high))
+
+    def __len__(self):
+        return 3
+
+    def __getitem__(self, i):
+        return (self.mean, self.low, self.high)[i]
+
+    def excludes_zero(self) -> int:
+        """+1 if the interval lies above 0, −1 if below, 0 if it holds 0."""
+        return 1 if self.low > 0 else -1 if self.high < 0 else 0
+
+
+def _parts(groups) -> list[tuple[Units, ...]]:
+    parts = [tuple(as_units(a) for a in (g if isinstance(g, tuple) else (g,))) for g in groups]
+    if not parts:
+        raise ValueError("need at least one seed")
+    if len({len(p) for p in parts}) != 1:
+        raise ValueError("every seed needs the same number of evaluations")
+    return parts
+
+
+def _resampled_means(u: Units, rng: np.random.Generator, n_boot: int) -> np.ndarray:
+    """``n_boot`` means of ``u`` resampled with replacement within each stratum (weights fixed)."""
+    total = np.zeros(n_boot)
+    for v in u.groups():
+        total += v[rng.integers(0, len(v), size=(n_boot, len(v)))].sum(axis=1) if len(v) > 1 else v[0]
+    return total / len(u.values)
+
+
+def seeds_problems(groups, combine: Callable | None = None, n_boot: int = N_BOOT, level: float = LEVEL,
+                   seed: int = 0, method: str = "percentile", bounds: tuple[float, float] | None = None) -> Interval:
+    """Mean over seeds and a bootstrap interval over seeds, then units within each drawn seed.
+
+    ``groups`` holds one entry per seed: its units (an array or :class:`Units`), or a tuple of
+    evaluations each resampled on its own, whose resampled means ``combine`` turns into the seed's value
+    (``lambda start, end: end - start`` for a gain). A replicate draws seeds with replacement and, inside
+    every drawn seed, its units with replacement (within strata); a seed drawn twice is resampled twice.
+    ``method`` "percentile" or "bca" (bias-corrected and accelerated; acceleration from the jackknife
+    over seeds); both are quantiles of the replicates, so within the range the data allow. With the
+    same inputs and no strata, "percentile" gives :func:`polyvox.metrics.seed_bootstrap`'s interval.
+    ``bounds``: the quantity's possible range, checked (a bug, not a clip, if it is left).
+    """
+    parts = _parts(groups)
+    fn = combine if combine is not None else (lambda *means: means[0])
+    k = len(parts)
+    rng = np.random.default_rng(seed)
+    inner = np.empty((k, n_boot, k))  # (seed, replicate, slot)
+    for s, arrays in enumerate(parts):
+        for j in range(k):
+            inner[s, :, j] = fn(*[_resampled_means(u, rng, n_boot) for u in arrays])
+    pick = rng.integers(0, k, size=(n_boot, k))
+    reps = inner[pick, np.arange(n_boot)[:, None], np.arange(k)[None, :]].mean(axis=1)
+    per_seed = tuple(float(fn(*[np.float64(u.mean()) for u in arrays])) for arrays in parts)
+    point = float(np.mean(per_seed))
+    q = np.array([(1 - level) / 2, (1 + level) / 2])
+    if method == "bca":
+        below = np.mean(reps < point) + 0.5 * np.mean(reps == point)
+        z0 = stats.norm.ppf(np.clip(below, 1 / (n_boot + 1), n_boot / (n_boot + 1)))
+        jack = np.array([np.mean(np.delete(per_seed, i)) for i in range(k)]) if k > 2 else np.zeros(1)
+        d = jack.mean() - jack
+        a = float((d ** 3).sum() / (6 * (d ** 2).sum() ** 1.5)) if (d ** 2).sum() > 0 else 0.0
+        z = stats.norm.ppf(q)
+        q = stats.norm.cdf(z0 + (z0 + z) / (1 - a * (z0 + z)))
+    elif method != "percentile":
+        raise ValueError(f"seeds_problems: method {method!r} (percentile or bca)")
+    lo, hi = (float(x) for x in np.quantile(reps, q))
+    if bounds is not None and not bounds[0] - 1e-12 <= lo <= hi <= bounds[1] + 1e-12:
+        raise AssertionError(f"bootstrap interval {lo}, {hi} outside {bounds}")
+    return Interval(point, lo, hi, float(reps.std(ddof=1)), k, per_seed, method)
+
+
+# ---------------------------------------------------------------- minimum detectable effect
+
+def z_sum(alpha: float = ALPHA, power: float = POWER) -> float:
+    """z_{1−α/2} + z_{power}: 1.96 + 0.84 = 2.80 at the defaults."""
+    return float(stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power))
+
+
+def mde(iv: Interval, alpha: float = ALPHA, power: float = POWER, limit: float = 1.0) -> float:
+    """The smallest true difference a two-sided test at ``alpha`` detects with ``power``, from the
+    across-seed bootstrap's standard error: (z_{1−α/2} + z_{power}) · se · √(k / (k − 1)) with k seeds
+    (the plug-in bootstrap's variance of a mean over k seeds is (k − 1)/k of the unbiased one). At most
+    ``limit`` (a difference of rates cannot exceed 1)."""
+    k = iv.seeds
+    return float(min(z_sum(alpha, power) * iv.se * (math.sqrt(k / (k - 1)) if k > 1 else 1.0), limit))
+
+
+def power_two_proportions(p1: float, p2: float, n1: int, n2: int, alpha: float = ALPHA) -> float:
+    """Power of the two-sided pooled z-test of two proportions (n1, n2 independent samples) when the
+    true rates are p1 and p2 (the far tail left out, as the closed-form sample-size formula does)."""
+    pbar = (n1 * p1 + n2 * p2) / (n1 + n2)
+    se0 = math.sqrt(pbar * (1 - pbar) * (1 / n1 + 1 / n2))
+    se1 = math.sqrt(p1 * (1 - p1) / n1 + p2 * (1 - p2) / n2)
+    if se1 == 0:
+        return 1.0 if abs(p2 - p1) > 0 else 0.0
+    return float(stats.norm.cdf((abs(p2 - p1) - stats.norm.ppf(1 - alpha / 2) * se0) / se1))
+
+
+def mde_two_proportions(p: float, n1: int, n2: int | None = None, alpha: float = ALPHA, power: float = POWER,
+                        direction: int = 1) -> float:
+    """The smallest change d of a rate p (to p + d upwards, p − d downwards) that the two-sided pooled
+    z-test on n1 and n2 samples detects with ``power``; nan if even the largest possible change does not."""
+    from scipy.optimize import brentq
+
+    n2 = n1 if n2 is None else n2
+    room = 1 - p if direction > 0 else p
+    f = lambda d: power_two_proportions(p, p + direction * d, n1, n2, alpha) - power  # noqa: E731
+    if room <= 0 or f(room) < 0:
+        return float("nan")
+    return float(brentq(f, 1e-12, room, xtol=1e-12))
+
+
+# ---------------------------------------------------------------- tests
+
+def _two_sided(t: float, null: np.ndarray) -> float:
+    return float((1 + np.sum(np.abs(null) >= abs(t) - 1e-12)) / (1 + len(null)))
+
+
+def sign_flip_test(groups, n_perm: int = N_PERM, seed: int = 0) -> float:
+    """Pooled paired test: per-unit paired differences of every seed (think − panel per problem);
+    statistic the mean over seeds of each seed's mean difference; under the null (the two systems
+    exchangeable on every problem) each difference's sign is flipped at random. Two-sided Monte Carlo p."""
+    ds = [as_units(g).values for g in groups]
+    if not ds:
+        raise ValueError("sign_flip_test: no seeds")
+    rng = np.random.default_rng(seed)
+    t = np.mean([d.mean() for d in ds])
+    null = np.zeros(n_perm)
+    for d in ds:
+        signs = rng.integers(0, 2, size=(n_perm, len(d)), dtype=np.int8) * 2 - 1
+        null += signs @ d / len(d)
+    return _two_sided(t, null / len(ds))
+
+
+def permutation_test(groups, n_perm: int = N_PERM, seed: int = 0) -> float:
+    """Pooled test of two evaluations per seed (``(a, b)``: step 0 and the last step): statistic the
+    mean over seeds of mean(b) − mean(a); under the null the a/b labels are permuted within each seed
+    and stratum (a stratified permutation test; unpaired units, conservative where a and b share
+    problems and sampling seeds). Two-sided Monte Carlo p."""
+    parts = _parts(groups)
+    if any(len(p) != 2 for p in parts):
+        raise ValueError("permutation_test: every seed needs two evaluations (a, b)")
+    rng = np.random.default_rng(seed)
+    t, null = 0.0, np.zeros(n_perm)
+    for a, b in parts:
+        t += b.mean() - a.mean()
+        sa, sb = (dict(zip(sorted(set(u.strata)), u.groups())) if u.strata is not None else {"": u.values}
+                  for u in (a, b))
+        if set(sa) != set(sb):
+            raise ValueError("permutation_test: both evaluations need the same strata")
+        sum_b = np.zeros(n_perm)
+        total = 0.0
+        for s in sa:
+            v = np.r_[sa[s], sb[s]]
+            keys = rng.random((n_perm, len(v))).argsort(axis=1)[:, : len(sb[s])]
+            sum_b += v[keys].sum(axis=1)
+            total += v.sum()
+        null += sum_b / len(b.values) - (total - sum_b) / len(a.values)
+    return _two_sided(t / len(parts), null / len(parts))
+
+
+def sign_test(values) -> tuple[float, float, int]:
+    """Two-sided exact sign test of the seeds' estimates against 0 (ties dropped): (p, the smallest p
+    that many seeds can give: 2 · 0.5^k, k the seeds that are not ties)."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[v != 0]
+    if len(v) == 0:
+        return 1.0, 1.0, 0
+    return (float(stats.binomtest(int((v > 0).sum()), len(v), 0.5).pvalue), float(min(1.0, 2 * 0.5 ** len(v))),
+            len(v))
+
+
+def holm(pvalues) -> np.ndarray:
+    """Holm's step-down adjusted p-values (family-wise error at α for every test of the family)."""
+    p = np.asarray(pvalues, dtype=np.float64)
+    order = np.argsort(p, kind="stable")
+    m = len(p)
+    adj = np.maximum.accumulate((m - np.arange(m)) * p[order])
+    out = np.empty(m)
+    out[order] = np.minimum(adj, 1.0)
+    return out
+
+
+# ---------------------------------------------------------------- a comparison and its words
+
+def p_text(p: float) -> str:
+    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+
+
+@dataclass
+class Comparison:
+    """One comparison across seeds: the across-seed interval, each seed's estimate and test, the pooled
+    test, the sign test over seeds and the minimum detectable effect; the Holm-adjusted p values (per
+    seed and pooled) are set by :func:`holm_family`. The sign test is reported unadjusted and outside
+    the family: with k seeds its p cannot go below 2 · 0.5^k (0.25 for 3), so it never decides."""
+    name: str
+    interval: Interval
+    seeds: list
+    p_seed: list
+    p_pooled: float
+    pooled_test: str  # how the pooled test is named in prose
+    n_perm: int = N_PERM  # Monte Carlo draws of the tests (their p cannot go below 1 / (n_perm + 1))
+    p_sign: float = field(init=False)
+    p_sign_min: float = field(init=False)
+    sign_seeds: int = field(init=False)
+    mde: float = field(init=False)
+    p_seed_holm: list = field(init=False)
+    p_pooled_holm: float = field(init=False)
+
+    def __post_init__(self):
+        self.p_sign, self.p_sign_min, self.sign_seeds = sign_test(self.per_seed)
+        self.mde = mde(self.interval)
+        self.p_seed_holm, self.p_pooled_holm = list(self.p_seed), self.p_pooled
+
+    @property
+    def per_seed(self) -> tuple:
+        return self.interval.per_seed
+
+    def pvalues(self) -> list[float]:
+        """The p values this comparison adds to the family: each seed's test and the pooled test."""
+        return [*self.p_seed, self.p_pooled]
+
+    def set_adjusted(self, adj) -> None:
+        k = len(self.p_seed)
+        self.p_seed_holm, self.p_pooled_holm = [float(x) for x in adj[:k]], float(adj[k])
+
+    def direction(self) -> int:
+        return int(np.sign(self.interval.mean))
+
+    def every_seed(self) -> bool:
+        """Every seed's estimate has the mean's sign and each seed's own test is significant (Holm)."""
+        d = self.direction()
+        return (len(self.seeds) > 1 and d != 0 and all(np.sign(x) == d for x in self.per_seed)
+                and all(p < ALPHA for p in self.p_seed_holm))
+
+    def kind(self) -> str:
+        """"across seeds" (the interval excludes 0 and the pooled test is significant), "every seed"
+        (each seed significant, same sign, the across-seed interval holding 0), "pooled only" (the
+        pooled test alone), or "none"."""
+        across = self.interval.excludes_zero() == self.direction() != 0
+        pooled = self.p_pooled_holm < ALPHA
+        if across and pooled:
+            return "across seeds"
+        if self.every_seed():
+            return "every seed"
+        return "pooled only" if pooled else "none"
+
+    def mde_text(self, what: str = "difference") -> str:
+        """``no difference larger than 15.1 points (minimum detectable effect, 80% power, α = 0.05)``."""
+        return f"no {what} larger than {100 * self.mde:.1f} points (minimum detectable effect, {POWER:.0%} power, α = {ALPHA})"
+
+    def verdict(self, up: str, down: str, neither: str, what: str = "difference") -> str:
+        """The verdict the numbers allow, in words (:meth:`kind`); a null carries its minimum detectable
+        effect, and so does a direction the seeds do not agree on."""
+        word = up if self.direction() > 0 else down
+        n_sig, k = sum(p < ALPHA for p in self.p_seed_holm), len(self.seeds)
+        return {"across seeds": word if n_sig == k or k < 2 else
+                f"{word}, carried by {n_sig} of {k} seeds (the other{'s' if k - n_sig > 1 else ''} not significant alone)",
+                "every seed": f"{word} in every seed, each significant (the across-seed interval holds 0)",
+                "pooled only": f"{word} on the pooled test only, not across seeds; {self.mde_text(what)} across seeds",
+                "none": f"{neither} — {self.mde_text(what)}"}[self.kind()]
+
+    def seeds_sentence(self) -> str:
+        """Each seed's estimate and test, the pooled test and the sign test, Holm-adjusted."""
+        signs = {int(np.sign(x)) for x in self.per_seed}
+        n_sig = sum(p < ALPHA for p in self.p_seed_holm)
+        k = len(self.seeds)
+        ties = sum(x == 0 for x in self.per_seed)
+        lead = ("" if k < 2 else
+                ("every seed has the same sign, " if len(signs) == 1 and 0 not in signs else
+                 f"the seeds differ in sign{f' ({ties} at 0)' if ties else ''}, " if len(signs - {0}) > 1 else
+                 f"no seed has the other sign ({ties} at 0), ")
+                + ("each significant" if n_sig == k else f"{n_sig} of {k} significant") + "; ")
+        floor = 1 / (self.n_perm + 1) + 1e-15
+        p = lambda raw, adj: f"p ≤ {adj:.3f}" if raw <= floor and adj >= 0.001 else p_text(adj)  # noqa: E731
+        return (lead + "per seed " + ", ".join(f"{100 * x:+.1f} ({p(r, a)})" for x, r, a in
+                                               zip(self.per_seed, self.p_seed, self.p_seed_holm))
+                + f"; {self.pooled_test} {p(self.p_pooled, self.p_pooled_holm)} (Holm-adjusted over the chapter's "
+                f"family of tests; {self.n_perm:,} random permutations, so no p below {floor:.5f} before adjustment)"
+                + (f"; sign test over the {self.sign_seeds} seeds that are not ties {p_text(self.p_sign)}, the "
+                   f"smallest p {self.sign_seeds} seeds can give being {self.p_sign_min:.3f}" if self.sign_seeds > 1 else ""))
+
+
+def holm_family(comparisons: dict[str, Comparison]) -> dict[str, Comparison]:
+    """Holm over every p value of the comparisons (per seed, pooled and sign tests); sets each
+    comparison's adjusted values and returns the dict."""
+    ps = [p for c in comparisons.values() for p in c.pvalues()]
+    adj = holm(ps)
+    i = 0
+    for c in comparisons.values():
+        n = len(c.pvalues())
+        c.set_adjusted(adj[i:i + n])
+        i += n
+    return comparisons
+
+
+def family_table(comparisons: dict[str, Comparison]) -> "pd.DataFrame":
+    """One row per comparison of the family: estimate and interval, minimum detectable effect, how many
+    seeds share the estimate's sign and how many are significant alone, the pooled and the sign test,
+    and the kind of verdict (:meth:`Comparison.kind`)."""
+    import pandas as pd
+
+    return pd.DataFrame([{
+        "comparison": name, "seeds": len(c.seeds), "estimate": c.interval.mean, "low": c.interval.low,
+        "high": c.interval.high, "MDE (80% power)": c.mde,
+        "seeds with its sign": sum(np.sign(x) == c.direction() != 0 for x in c.per_seed),
+        "seeds significant (Holm)": sum(p < ALPHA for p in c.p_seed_holm),
+        "pooled p (Holm)": c.p_pooled_holm, "sign-test p": c.p_sign, "verdict": c.kind()}
+        for name, c in comparisons.items()])
