@@ -41,6 +41,14 @@ Algorithm (one head):
    ``select_fn(model, step) -> float`` on validation; the best is copied to ``adapter/``
    (ties: the earlier step), as the study selected run21's step 60 on validation.
 
+Remedy for the reverse KL (issue 22): the first response token of tiny-chat's student is near
+one-hot (max p 0.9999) on a different id from the teacher's for the warm and impersonal cards,
+where reverse's logit gradient is ~0.001 against forward's ~1.4 (:func:`.distill_losses.first_token_report`).
+GKD's JSD(β) at τ = 1 does not lift it (its gradient there is of reverse's order or smaller);
+the loss temperature does (reverse at τ = 2: ~0.3), and it leaves the minimiser unchanged
+(softmax(z/τ) = softmax(z'/τ) iff softmax(z) = softmax(z')). Use it with ``top_k`` = the
+vocabulary (see :mod:`.distill_losses` on the ``rest`` atom).
+
 The manifest records every setting (``loss``, ``beta``, ``temperature``,
 ``student_sample_fraction`` included) and ``parameterisation``; a head recorded without it was
 trained with the first parameterisation (:func:`.distill_losses.topk_kl_v1`), which no training
