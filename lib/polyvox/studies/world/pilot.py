@@ -151,7 +151,8 @@ def sample_cap_hits(folder) -> dict:
 def rl_cap_hits(folder, cap: int) -> dict:
     """An RL run's cap hits from its step log: the share of steps whose longest completion reached ``cap`` (an
     upper bound on the share of completions cut) and the longest completion of all."""
-    steps = [r for r in read_jsonl(folder / "train_log.jsonl") if "step" in r and "completion_tokens_max" in r]
+    log = folder / "train_log.jsonl"
+    steps = [r for r in read_jsonl(log) if "step" in r and "completion_tokens_max" in r] if log.is_file() else []
     if not steps:
         return {"steps": 0, "steps_at_cap": None, "cap_hit_rate_upper_bound": None, "longest": None}
     at_cap = sum(int(r["completion_tokens_max"]) >= cap for r in steps)

@@ -4,14 +4,14 @@ evaluations → bands (two draws) → hill-climbs.
 Matched arms. Both arms start from tiny-base and are trained by one recipe — the same GRPO stages
 (easy, then hard), steps, learning rate, LoRA rank, group, prompts, problems, cap and held-out set —
 and differ only in the format (the raw panel prompt vs the thinking chat template) and its format
-reward (tags valid vs a closed think block and a box): :func:`arm_differences` compares the two
+reward (tags valid vs a closed think block and a box): :func:`.arms.arm_differences` compares the two
 RLConfigs the pipeline builds and lists what differs. No SFT warm-start: tiny-base already writes the
-thinking format under the chat template (its pretraining holds thinking notes; on the shipped
-tiny-base, 14 of 16 level-2 samples at cap 400 were format-valid and 14 correct) and RL alone learns
-the panel format from it (the recorded panel RL went from 1 valid sample in 16 to ≈ 90 % accuracy in
-50 steps); a warm-start on one arm only would bring back the confound, and an identical one on both
-is not needed. The pilot records each arm's format-valid rate at the start, so this is checked at
-every scale. tiny-think is still built by the models stage (the shipped model) but no stage reads it.
+thinking format under the chat template (its pretraining holds thinking notes; on the shipped tiny-base,
+14 of 16 level-2 samples at cap 400 were format-valid, and 1 of 16 under the panel prompt) and RL alone
+learns the panel format from tiny-base (the recorded panel RL reached ≈ 90 % accuracy in 50 steps); a
+warm-start on one arm only would bring back the confound, and an identical one on both is not needed.
+The pilot records each arm's format-valid rate at the start, so this is checked at every scale.
+tiny-think is still built by the models stage (the shipped model) but no stage reads it.
 
 Layout of ``<out>`` (one folder per stage, each with its record: settings, inputs, status):
 - ``models/``: tiny-base (and tiny-think), trained once;
@@ -31,15 +31,12 @@ Layout of ``<out>`` (one folder per stage, each with its record: settings, input
   unless the scale says ``bands.if_empty: whole-pool`` (smoke: random models, plumbing only — the cap
   check is then recorded, not enforced).
 
-Each stage's record holds its cap hits (:func:`.pilot.sample_cap_hits`, :func:`.pilot.rl_cap_hits`).
-Problem sets do not depend on the RL seed (each drawn with ``problems_seed`` plus its offset,
-:data:`SEED_OFFSETS`) and are arithmetic-disjoint from every training set.
+Each stage's record holds its cap hits (:mod:`.pilot`). Problem sets do not depend on the RL seed (each drawn
+with ``problems_seed`` plus its offset, :data:`SEED_OFFSETS`), arithmetic-disjoint from every training set.
 
-``run`` is a :class:`polyvox.stages.Pipeline`; each stage declares the folders it reads, so
-``--parallel K`` (:mod:`polyvox.launch`) runs the grid as a job graph: the rl stages of every seed at
-once after the pilot, the evaluations and climbs as their inputs complete. Scales are YAML files,
-``configs/world/<scale>.yaml`` (``smoke``: CPU, the plumbing; ``h200-v2``: this design on one H200;
-``h200``: the scale of the old recording), read by :func:`load_scale`.
+``run`` is a :class:`polyvox.stages.Pipeline`; each stage declares the folders it reads, so ``--parallel K``
+(:mod:`polyvox.launch`) runs every seed's RL at once after the pilot. Scales: ``configs/world/<scale>.yaml``
+(``smoke``: CPU plumbing; ``h200-v2``: this design; ``h200``: the old recording's), read by :func:`load_scale`.
 """
 from __future__ import annotations
 
@@ -162,6 +159,13 @@ def _sample_and_grade(system, folder: Path, s: dict, world: dict, n: int, seed: 
     runs.grade(folder)
 
 
+def pilot_settings(s: dict) -> dict:
+    """What the pilot's samples depend on (not the caps it checks: a scale's caps may be raised after it)."""
+    e, sp = s["eval"], s["sampling"]
+    return {"cap": max(e["caps"]), "per_level": e["per_level"], "n": e["n"], "batch_size": sp["batch_size"],
+            "dtype": sp["dtype"]}
+
+
 def run_pilot(out: Path, s: dict, seed: int = 0) -> dict:
     """Both arms' starting points on every level at the largest evaluation cap; pilot/summary.json."""
     cap = max(s["eval"]["caps"])
@@ -257,7 +261,6 @@ def hillclimb(out: Path, s: dict, arm: str, seed: int = 0) -> dict:
     An empty band or no movable level is an error, unless the scale's ``bands.if_empty`` is
     ``whole-pool``: the climb then trains on the whole pool (its folder holds ``SMOKE_BAND_WAS_EMPTY``)
     or evaluates on every pool level."""
-    checked = cap_check(out, s)
     pool = {p.id: p for p in load_task("world", **_pool(s))}
     ids, stability = stable_band(out, arm) if (out / "bands-redraw" / arm).is_dir() else (band_ids(out, arm), {})
     unknown = [i for i in ids if i not in pool]
@@ -277,6 +280,7 @@ def hillclimb(out: Path, s: dict, arm: str, seed: int = 0) -> dict:
             raise RuntimeError(f"{arm}: no held-out level with both arms' starting accuracy in [20 %, 80 %] "
                                f"({'; '.join(f'{k}: {v}' for k, v in dropped.items())})")
         levels = [str(lv) for lv in POOL_LEVELS]
+    checked = cap_check(out, s)
     chosen = [lv if lv == "olympiad" else int(lv) for lv in levels]
     heldout = load_task("world", **problem_set(s, "climb-heldout", chosen, s["rl"]["heldout_per_level"], "test"))
     init = _seed_dir(out, s["seeds"][0]) / f"rl-{arm}" / "easy" / "adapter"
@@ -287,10 +291,10 @@ def hillclimb(out: Path, s: dict, arm: str, seed: int = 0) -> dict:
 
 
 # stage -> the scale sections its outputs depend on
-SECTIONS = {"models": ("models",), "pilot": ("models", "sampling", "eval", "problems_seed"),
-            **{f"rl-{a}": ("models", "rl", "sampling", "eval", "problems_seed") for a in ARMS},
+SECTIONS = {"models": ("models",), "pilot": ("models", "problems_seed"),  # and pilot_settings(s)
+            **{f"rl-{a}": ("models", "rl", "sampling", "problems_seed") for a in ARMS},
             "eval": ("models", "rl", "sampling", "eval", "problems_seed"),
-            **{st: ("models", "rl", "sampling", "eval", "bands", "problems_seed")
+            **{st: ("models", "rl", "sampling", "bands", "problems_seed")
                for st in ("bands", "bands-redraw", "hillclimb-panel", "hillclimb-think")}}
 PER_SEED = ("rl-panel", "rl-think", "eval", "hillclimb-panel", "hillclimb-think")  # one folder per RL seed
 RL_STAGES = ("rl-panel", "rl-think", "hillclimb-panel", "hillclimb-think")  # their folder hosts an RL run
@@ -323,7 +327,8 @@ def _work(out: Path, s: dict, stage: str, seed: int):
 
 def _stage(out: Path, s: dict, stage: str, seed: int) -> stages.Stage:
     # a stage run once (models, pilot, bands) records no seed; the bands sample with the scale's first seed
-    settings = stages.settings_of(s, *SECTIONS[stage], seed=seed if stage in PER_SEED else None)
+    extra = {"pilot": pilot_settings(s)} if stage == "pilot" else {}
+    settings = stages.settings_of(s, *SECTIONS[stage], seed=seed if stage in PER_SEED else None, **extra)
     return stages.Stage(stage, stage_folder(out, stage, seed), settings, _work(out, s, stage, seed),
                         _reads(out, s, stage, seed), hosts=KIND_RL if stage in RL_STAGES else None)
 

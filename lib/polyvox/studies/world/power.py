@@ -225,3 +225,37 @@ def plan(p_climb: float, p_eval: float, sd_climb: float, sd_arms: float, samples
     designs = [design(climb_gain(p_climb, sd_climb, samples), min_seeds=min_seeds, test=test),
                design(arm_difference(p_eval, sd_arms, samples), min_seeds=min_seeds, test=test)]
     return {"designs": [asdict(d) for d in designs], "lines": [d.line() for d in designs]}
+
+
+def report(pilot_summary: dict | None, recorded: str | Path | None, samples: int, p: float = 0.5,
+           between: dict | None = None) -> list[str]:
+    """The lines the chapter and the GPU session print: each comparison's design under each σ_b scenario.
+
+    p defaults to 0.5 (the binomial variance's maximum: the trained arms' accuracies are not known before
+    RL; the pilot samples the untrained start). The σ_b scenarios: ``between`` ({label: σ_b}), else the
+    recorded runs' (:func:`recorded_spread`: every seed, and the seeds of one commit)."""
+    lines = []
+    if pilot_summary is not None:
+        lines.append(f"pilot: cap {pilot_summary['cap']}, derived cap {pilot_summary['derived_cap']} "
+                     f"(99th percentile of both arms' lengths, rounded up)")
+    if between is None:
+        r = recorded_spread(recorded)
+        between = {}
+        for key, label in (("panel_accuracy", "arm accuracy"), ("panel_climb_gain", "panel climb gain"),
+                           ("think_climb_gain", "think climb gain")):
+            between[f"{label}, seeds {r['seeds']}"] = r[key]["between_sd_all"]
+            if r[key]["between_sd_same_commit"] is not None:
+                between[f"{label}, seeds {r['seeds_at_one_commit']} (one commit)"] = r[key]["between_sd_same_commit"]
+    for label, sd in between.items():
+        comparison = arm_difference if label.startswith("arm") else climb_gain
+        lines.append(f"[σ_b from {label}] " + design(comparison(p, sd, samples)).line())
+    return lines
+
+
+if __name__ == "__main__":  # python -m polyvox.studies.world.power <run folder> [samples per problem]
+    import sys
+
+    run = Path(sys.argv[1])
+    summary = json.loads((run / "pilot" / "summary.json").read_text()) if (run / "pilot").is_dir() else None
+    for line in report(summary, Path("data/runs/world"), int(sys.argv[2]) if len(sys.argv) > 2 else 4):
+        print(line)
