@@ -113,6 +113,9 @@ def test_level_verdicts_on_a_constructed_pair():
     v = W.level_verdicts({"tiny-panel": panel, "tiny-think": think})
     assert v.loc["1", "verdict"] == "no detectable difference" and v.loc["1", "think − panel"] == 0
     assert v.loc["2", "verdict"] == "tiny-think higher" and v.loc["all", "verdict"] == "tiny-think higher"
+    assert np.isnan(v.loc["1", "MDE (80% power)"])  # no problem's difference varies: nothing to state
+    d = np.r_[np.zeros(20), np.ones(20)]  # "all": the closed form (1.96 + 0.84) * sd / sqrt(n)
+    assert v.loc["all", "MDE (80% power)"] == pytest.approx(I.z_sum() * d.std(ddof=1) / math.sqrt(40))
 
 
 # ---------------------------------------------------------------- the recorded comparisons
@@ -148,6 +151,7 @@ def test_intervals_stay_within_range_on_extreme_cases(method):
     boot = lambda groups, **kw: I.seeds_problems(groups, n_boot=500, method=method, **kw)  # noqa: E731
     assert tuple(boot([ones, ones, ones], bounds=(0, 1))) == (1.0, 1.0, 1.0)  # all correct
     assert tuple(boot([zeros, zeros, zeros], bounds=(0, 1))) == (0.0, 0.0, 0.0)  # all wrong
+    assert math.isnan(I.mde(boot([zeros, zeros])))  # nothing varies: no detectable effect to state
     m, lo, hi = boot([ones, zeros], bounds=(0, 1))  # 2 seeds at the two extremes
     assert 0 <= lo <= m <= hi <= 1
     m, lo, hi = boot([(zeros, ones), (zeros, ones)], combine=lambda s, e: e - s)  # every seed from 0 to 1
@@ -277,6 +281,8 @@ def test_the_recorded_family_and_the_findings_rows():
     assert t["caps"] == [256, 1024] and len(fam) == 6
     for c in fam.values():
         assert -1 <= c.interval.low <= c.interval.mean <= c.interval.high <= 1 and 0 < c.mde <= 1
+    nothing = _comparison([0.0, 0.0], [1.0, 1.0], 1.0, 0.0, 0.0, se=0.0)
+    assert nothing.verdict("up", "down", "no change") == "no change — minimum detectable effect not estimable: the outcomes do not vary"
     big = fam[W.cap_key(1024)]  # the issue: every seed higher and significant, yet "no difference distinguishable"
     assert all(x > 0 for x in big.per_seed) and big.every_seed() and big.kind() == "across seeds"
     assert fam[W.cap_key(256)].kind() == "none" and fam[W.gain_key("panel")].kind() == "none"

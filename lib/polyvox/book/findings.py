@@ -224,9 +224,9 @@ def _world(root: Path) -> list[Finding]:
     for arm, name in W.ARMS.items():
         c = fam[W.gain_key(arm)]
         n_collapsed = sum(a == arm for a, _ in climb["collapsed"])
-        parts.append(f"{name} arm {W.points(*c.interval)}: {c.verdict('a gain', 'a loss', 'no clear change', 'change')}"
-                     + " (per seed " + ", ".join(f"{100 * x:+.1f}" for x in c.per_seed) + ")"
-                     + (f", {n_collapsed} of {len(seeds)} runs collapsed (included, as recorded)" if n_collapsed else ""))
+        parts.append(f"{name} arm {W.points(*c.interval)}, per seed " + ", ".join(f"{100 * x:+.1f}" for x in c.per_seed)
+                     + f": {c.verdict('a gain', 'a loss', 'no clear change', 'change')}"
+                     + (f"; {n_collapsed} of {len(seeds)} runs collapsed (included, as recorded)" if n_collapsed else ""))
     out.append(Finding("world", "RL on each arm's own variance band (the study ran the panel arm only)", "miniature only",
                        f"held-out gain over {len(seeds)} seeds ({W.ACROSS_SAMPLES}; {W.PERMUTATION}, Holm-adjusted): "
                        + "; ".join(parts), "book/world/replication"))

@@ -149,12 +149,17 @@ VERDICT_WORDS = ("tiny-think higher", "tiny-panel higher", "no detectable differ
 
 
 def level_verdicts(ev: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """Per level and overall ("all"): think − panel, its bootstrap interval over problems and its verdict."""
+    """Per level and overall ("all"): think − panel, its bootstrap interval over problems, its verdict and
+    its minimum detectable effect (80% power, α = 0.05, from the standard error of the mean per-problem
+    difference; nan where no problem's difference varies). One seed, not corrected for multiplicity."""
     out = []
     for lv in [*sorted(ev["tiny-panel"].level.unique()), "all"]:
         pick = [df if lv == "all" else df[df.level == lv] for df in (ev["tiny-panel"], ev["tiny-think"])]
         m, lo, hi = paired_diff(*pick)
-        out.append({"level": lv, "think − panel": m, "low": lo, "high": hi, "verdict": sign_verdict(lo, hi, *VERDICT_WORDS)})
+        d = problem_differences(*pick)
+        se = d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else 0.0
+        out.append({"level": lv, "think − panel": m, "low": lo, "high": hi, "verdict": sign_verdict(lo, hi, *VERDICT_WORDS),
+                    "MDE (80% power)": min(I.z_sum() * se, 1.0) if se > 0 else np.nan})
     return pd.DataFrame(out).set_index("level")
 
 

@@ -178,7 +178,10 @@ def mde(iv: Interval, alpha: float = ALPHA, power: float = POWER, limit: float =
     """The smallest true difference a two-sided test at ``alpha`` detects with ``power``, from the
     across-seed bootstrap's standard error: (z_{1−α/2} + z_{power}) · se · √(k / (k − 1)) with k seeds
     (the plug-in bootstrap's variance of a mean over k seeds is (k − 1)/k of the unbiased one). At most
-    ``limit`` (a difference of rates cannot exceed 1)."""
+    ``limit`` (a difference of rates cannot exceed 1); nan when the data hold no variation at all (every
+    replicate equal: the standard error says nothing about what could have been detected)."""
+    if iv.se == 0:
+        return float("nan")
     k = iv.seeds
     return float(min(z_sum(alpha, power) * iv.se * (math.sqrt(k / (k - 1)) if k > 1 else 1.0), limit))
 
@@ -345,6 +348,8 @@ class Comparison:
 
     def mde_text(self, what: str = "difference") -> str:
         """``no difference larger than 15.1 points (minimum detectable effect, 80% power, α = 0.05)``."""
+        if self.mde != self.mde:
+            return "minimum detectable effect not estimable: the outcomes do not vary"
         return f"no {what} larger than {100 * self.mde:.1f} points (minimum detectable effect, {POWER:.0%} power, α = {ALPHA})"
 
     def verdict(self, up: str, down: str, neither: str, what: str = "difference") -> str:
