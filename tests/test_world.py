@@ -115,9 +115,7 @@ def test_replication_chapter_reruns_on_cpu(tmp_path, root):
     assert done.returncode == 0, done.stderr[-2000:]
     text = (out / "replication.ipynb").read_text()
     assert "a new run at scale" in text and '"ename"' not in text
-    # the layout of issue 21's design: both arms' evaluations under eval/cap-<c>/<arm>
-    assert (tmp_path / "world/seed-0/eval/cap-48/panel/graded.jsonl").exists()
-    assert (tmp_path / "world/pilot/summary.json").exists()
+    assert (tmp_path / "world/seed-0/eval/cap-48/tiny-panel/graded.jsonl").exists()
     assert (tmp_path / "world/seed-1/hillclimb-think/heldout_trajectory.jsonl").exists()
 
 
@@ -160,8 +158,7 @@ def test_held_out_sets_are_arithmetic_disjoint_from_every_training_set():
         + world.generate(n // 10, seed=30, levels=pipeline.POOL_LEVELS, split="train")
     held = world.generate(25, seed=12, levels=(1, 2, 3, 4, 5), split="test") \
         + world.generate(scale["eval"]["per_level"] * 10, seed=20, split="test") \
-        + world.generate(25, seed=40, levels=pipeline.POOL_LEVELS, split="test") \
-        + world.generate(scale["eval"]["per_level"] * 10, seed=pipeline.SEED_OFFSETS["pilot"], split="test")
+        + world.generate(25, seed=40, levels=pipeline.POOL_LEVELS, split="test")
     train_exprs = {p.expression for p in train_sets}
     assert not {p.expression for p in held} & train_exprs
     # the same calculation in other words is in the same split
