@@ -283,6 +283,8 @@ def test_the_recorded_family_and_the_findings_rows():
         assert -1 <= c.interval.low <= c.interval.mean <= c.interval.high <= 1 and 0 < c.mde <= 1
     nothing = _comparison([0.0, 0.0], [1.0, 1.0], 1.0, 0.0, 0.0, se=0.0)
     assert nothing.verdict("up", "down", "no change") == "no change — minimum detectable effect not estimable: the outcomes do not vary"
+    assert nothing.seeds_sentence().startswith("every seed at 0, 0 of 2 significant")
+    assert _comparison([0.02, 0.0, 0.02], [1, 1, 1], 1, -0.01, 0.04).seeds_sentence().startswith("no seed has the other sign (1 at 0)")
     big = fam[W.cap_key(1024)]  # the issue: every seed higher and significant, yet "no difference distinguishable"
     assert all(x > 0 for x in big.per_seed) and big.every_seed() and big.kind() == "across seeds"
     assert fam[W.cap_key(256)].kind() == "none" and fam[W.gain_key("panel")].kind() == "none"

@@ -370,7 +370,8 @@ class Comparison:
         k = len(self.seeds)
         ties = sum(x == 0 for x in self.per_seed)
         lead = ("" if k < 2 else
-                ("every seed has the same sign, " if len(signs) == 1 and 0 not in signs else
+                ("every seed at 0, " if signs == {0} else
+                 "every seed has the same sign, " if len(signs) == 1 else
                  f"the seeds differ in sign{f' ({ties} at 0)' if ties else ''}, " if len(signs - {0}) > 1 else
                  f"no seed has the other sign ({ties} at 0), ")
                 + ("each significant" if n_sig == k else f"{n_sig} of {k} significant") + "; ")
