@@ -296,8 +296,7 @@ def decode_rows(model, rows: list[list[int]], seeds: list[int], max_new: int, te
     st, cache, dev = eng.state, eng.cache, eng.device
     cuda = dev.type == "cuda"
     key = (float(temperature), float(top_p), int(pad_id))
-    # in the weights' dtype, whatever autocast the caller is in (GRPO's held-out evaluation runs inside
-    # the trainer's bf16 autocast on fp32 weights): the cache is allocated in that dtype
+    # in the weights' dtype (the cache's), whatever autocast the caller is in (e.g. a trainer's bf16)
     with torch.no_grad(), torch.autocast(dev.type, enabled=False), _AttentionSwitch(model):
         if cuda:
             eng.capture(key)  # first: its warm-up writes cache slots that prefill then fills

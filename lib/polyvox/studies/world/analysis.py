@@ -26,14 +26,13 @@ import numpy as np
 import pandas as pd
 
 from ... import metrics
-from ...records import read_jsonl
 from . import inference as I
 from .inference import ALPHA, POWER, Comparison, Interval, Units, family_table  # noqa: F401 - for the chapter
+from .run_tables import (ARMS, VERSION_KEYS, band_stability, bands, dead_levels, environment,  # noqa: F401
+                         records)
 
 SYSTEMS = ("tiny-panel", "tiny-think")
-ARMS = {"panel": "panel", "think": "thinking"}  # hill-climb arm -> its name in prose
 LEVEL = 0.95
-VERSION_KEYS = ("torch", "transformers", "trl", "peft", "platform")  # library versions compared across manifests
 # hill-climb settings that must match between the arms for the comparison to be matched
 RECIPE_KEYS = ("group_size", "prompts_per_step", "lora_rank", "learning_rate", "max_completion_length", "heldout_problems",
                "heldout_samples", "eval_every", "beta", "temperature")
@@ -62,11 +61,6 @@ def caps(root: str | Path, seed: int) -> list[int]:
 def sweep_seed(caps_by_seed: dict[int, list[int]]) -> int:
     """The seed evaluated at the most caps (the cap sweep's seed)."""
     return max(caps_by_seed, key=lambda k: len(caps_by_seed[k]))
-
-
-def records(path: str | Path) -> list[dict]:
-    """JSONL records without the notes the trainer writes into its logs."""
-    return [r for r in read_jsonl(path) if "note" not in r]
 
 
 def _split_attempts(rows: list[dict]) -> list[list[dict]]:
@@ -325,64 +319,6 @@ def hillclimb(root: str | Path, seed_list, n_boot: int = I.N_BOOT, n_perm: int =
                                     I.permutation_test(gap, n_perm=n_perm), PERMUTATION, n_perm),
             "smoke_fallback": [f"{a} seed {k}" for a in ARMS for k in seed_list
                                if (root / f"seed-{k}" / f"hillclimb-{a}" / "SMOKE_BAND_WAS_EMPTY").exists()]}
-
-
-def bands(root: str | Path) -> tuple[dict[str, pd.DataFrame], int]:
-    """Per arm the band draw's per-problem records with ``band (recomputed)``, and G."""
-    root = Path(root)
-    out = {a: pd.DataFrame(records(root / "bands" / a / "per_problem.jsonl")) for a in ARMS}
-    g = json.loads((root / "bands" / "panel" / "summary.json").read_text())["n_samples_per_problem"]
-    for df in out.values():
-        df["band (recomputed)"] = metrics.variance_band(df.n_correct.to_numpy(), g)
-    return out, g
-
-
-def band_stability(root: str | Path, bands_: dict[str, pd.DataFrame], g: int, climb: dict, seed_list) -> pd.DataFrame | None:
-    """Band membership and success rates on the first and a second draw of the pool (``bands-redraw/``),
-    the share of all-equal groups each predicts, and that share in RL steps 1–5 (runs that did not
-    collapse); None when no second draw was recorded."""
-    redraw = Path(root) / "bands-redraw"
-    if not redraw.exists():
-        return None
-    rows = []
-    for a in ARMS:
-        r2 = pd.DataFrame(records(redraw / a / "per_problem.jsonl"))
-        j = bands_[a][["uid", "n_correct"]].merge(r2[["uid", "n_correct"]], on="uid", suffixes=("", " redraw"))
-        in1 = (j.n_correct > 0) & (j.n_correct < g)
-        in2 = j["n_correct redraw"].between(1, g - 1)
-        p1, p2 = j.loc[in1, "n_correct"] / g, j.loc[in1, "n_correct redraw"] / g
-        early = pd.concat([climb["logs"][a][k][climb["logs"][a][k].step <= 5] for k in seed_list
-                           if (a, k) not in climb["collapsed"]])
-        rows.append({"arm": ARMS[a], "band, first draw": int(in1.sum()), "band, redraw": int(in2.sum()),
-                     "in both": int((in1 & in2).sum()), "first band kept": (in1 & in2).sum() / in1.sum(),
-                     "mean p, first draw": p1.mean(), "mean p, redraw (same problems)": p2.mean(),
-                     "all-equal groups expected (first draw)": (p1 ** g + (1 - p1) ** g).mean(),
-                     "all-equal groups expected (redraw)": (p2 ** g + (1 - p2) ** g).mean(),
-                     "all-equal groups in RL steps 1–5": early.frac_groups_all_equal.mean()})
-    return pd.DataFrame(rows).set_index("arm")
-
-
-def dead_levels(climb: dict) -> tuple[list[str], int]:
-    """Held-out levels that scored 0 in every hill-climb evaluation (both arms, every seed and step), and
-    how many levels there are."""
-    level_max: dict[str, float] = {}
-    for a in climb["traj"]:
-        for t in climb["traj"][a].values():
-            for row in t.per_level:
-                for lv, v in row.items():
-                    level_max[lv] = max(level_max.get(lv, 0.0), v)
-    return [lv for lv, v in level_max.items() if v == 0], len(level_max)
-
-
-def environment(root: str | Path, keys=VERSION_KEYS) -> pd.DataFrame:
-    """Every manifest of the run: its folder, the device it records and its library versions."""
-    root = Path(root)
-    rows = []
-    for f in sorted(root.rglob("manifest.json")):
-        m = json.loads(f.read_text())
-        rows.append({"record": str(f.parent.relative_to(root)), "device": m.get("device"),
-                     **{k: m.get("versions", {}).get(k) for k in keys}})
-    return pd.DataFrame(rows)
 
 
 # ---------------------------------------------------------------- the family of tests

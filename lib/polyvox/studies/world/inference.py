@@ -28,6 +28,7 @@ from scipy import stats
 
 ALPHA = 0.05
 POWER = 0.8
+from .power import mde_two_proportions, power_two_proportions  # noqa: E402,F401 - closed forms, beside the design
 LEVEL = 0.95
 N_BOOT = 4000
 N_PERM = 10000
@@ -184,31 +185,6 @@ def mde(iv: Interval, alpha: float = ALPHA, power: float = POWER, limit: float =
         return float("nan")
     k = iv.seeds
     return float(min(z_sum(alpha, power) * iv.se * (math.sqrt(k / (k - 1)) if k > 1 else 1.0), limit))
-
-
-def power_two_proportions(p1: float, p2: float, n1: int, n2: int, alpha: float = ALPHA) -> float:
-    """Power of the two-sided pooled z-test of two proportions (n1, n2 independent samples) when the
-    true rates are p1 and p2 (the far tail left out, as the closed-form sample-size formula does)."""
-    pbar = (n1 * p1 + n2 * p2) / (n1 + n2)
-    se0 = math.sqrt(pbar * (1 - pbar) * (1 / n1 + 1 / n2))
-    se1 = math.sqrt(p1 * (1 - p1) / n1 + p2 * (1 - p2) / n2)
-    if se1 == 0:
-        return 1.0 if abs(p2 - p1) > 0 else 0.0
-    return float(stats.norm.cdf((abs(p2 - p1) - stats.norm.ppf(1 - alpha / 2) * se0) / se1))
-
-
-def mde_two_proportions(p: float, n1: int, n2: int | None = None, alpha: float = ALPHA, power: float = POWER,
-                        direction: int = 1) -> float:
-    """The smallest change d of a rate p (to p + d upwards, p − d downwards) that the two-sided pooled
-    z-test on n1 and n2 samples detects with ``power``; nan if even the largest possible change does not."""
-    from scipy.optimize import brentq
-
-    n2 = n1 if n2 is None else n2
-    room = 1 - p if direction > 0 else p
-    f = lambda d: power_two_proportions(p, p + direction * d, n1, n2, alpha) - power  # noqa: E731
-    if room <= 0 or f(room) < 0:
-        return float("nan")
-    return float(brentq(f, 1e-12, room, xtol=1e-12))
 
 
 # ---------------------------------------------------------------- tests

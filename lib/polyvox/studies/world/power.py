@@ -259,3 +259,36 @@ if __name__ == "__main__":  # python -m polyvox.studies.world.power <run folder>
     summary = json.loads((run / "pilot" / "summary.json").read_text()) if (run / "pilot").is_dir() else None
     for line in report(summary, Path("data/runs/world"), int(sys.argv[2]) if len(sys.argv) > 2 else 4):
         print(line)
+
+
+# ---------------------------------------------------------------- two proportions (closed form)
+
+def _norm():
+    from scipy import stats
+
+    return stats.norm
+
+
+def power_two_proportions(p1: float, p2: float, n1: int, n2: int, alpha: float = ALPHA) -> float:
+    """Power of the two-sided pooled z-test of two proportions (n1, n2 independent samples) when the
+    true rates are p1 and p2 (the far tail left out, as the closed-form sample-size formula does)."""
+    pbar = (n1 * p1 + n2 * p2) / (n1 + n2)
+    se0 = math.sqrt(pbar * (1 - pbar) * (1 / n1 + 1 / n2))
+    se1 = math.sqrt(p1 * (1 - p1) / n1 + p2 * (1 - p2) / n2)
+    if se1 == 0:
+        return 1.0 if abs(p2 - p1) > 0 else 0.0
+    return float(_norm().cdf((abs(p2 - p1) - _norm().ppf(1 - alpha / 2) * se0) / se1))
+
+
+def mde_two_proportions(p: float, n1: int, n2: int | None = None, alpha: float = ALPHA, power: float = POWER,
+                        direction: int = 1) -> float:
+    """The smallest change d of a rate p (to p + d upwards, p − d downwards) that the two-sided pooled
+    z-test on n1 and n2 samples detects with ``power``; nan if even the largest possible change does not."""
+    from scipy.optimize import brentq
+
+    n2 = n1 if n2 is None else n2
+    room = 1 - p if direction > 0 else p
+    f = lambda d: power_two_proportions(p, p + direction * d, n1, n2, alpha) - power  # noqa: E731
+    if room <= 0 or f(room) < 0:
+        return float("nan")
+    return float(brentq(f, 1e-12, room, xtol=1e-12))
