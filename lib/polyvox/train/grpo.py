@@ -117,7 +117,8 @@ def plain_forward(model):
     mixed precision (kept by ``unwrap_model``): held-out sampling runs in the weights' dtype, whose KV cache
     the decode loop allocates. The trainer's own forward is put back afterwards (``unwrap_model(...,
     keep_fp32_wrapper=False)`` would remove it for the rest of training)."""
-    wrapped, original = model.__dict__.get("forward"), model.__dict__.get("_original_forward")
+    attrs = getattr(model, "__dict__", {})
+    wrapped, original = attrs.get("forward"), attrs.get("_original_forward")
     if wrapped is None or original is None:
         yield model
         return
