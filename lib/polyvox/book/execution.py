@@ -29,7 +29,16 @@ def _kernel_manager_class(log: Path):
 
     class BookKernelManager(AsyncKernelManager):
         def __init__(self, **kwargs):
+            import uuid
+
+            from jupyter_core.paths import jupyter_runtime_dir
+
             kwargs.setdefault("transport", "ipc")
+            # the sockets' path prefix: jupyter_client's default ("kernel-ipc") is relative, so the five
+            # sockets landed in the current folder (the repository, when a chapter runs from its root)
+            runtime = Path(jupyter_runtime_dir())
+            runtime.mkdir(parents=True, exist_ok=True)
+            kwargs.setdefault("ip", str(runtime / f"polyvox-{uuid.uuid4().hex[:12]}-ipc"))
             super().__init__(**kwargs)
 
         async def _async_launch_kernel(self, kernel_cmd, **kw):
