@@ -20,7 +20,7 @@ class ExecutionFailure:
 
 
 def _kernel_manager_class(log: Path):
-    """A kernel manager whose kernel talks over IPC (Unix sockets in Jupyter's runtime folder, not
+    """A kernel manager whose kernel talks over IPC (Unix sockets in the system's temp folder, not
     loopback TCP: ipykernel rightly warns about unencrypted TCP) and whose process writes its own
     stdout/stderr (kernel-level logs, a shutdown interrupt's "KeyboardInterrupt caught in kernel")
     to ``log`` instead of the terminal. A chapter's outputs and errors travel over the kernel's
@@ -29,16 +29,15 @@ def _kernel_manager_class(log: Path):
 
     class BookKernelManager(AsyncKernelManager):
         def __init__(self, **kwargs):
+            import tempfile
             import uuid
-
-            from jupyter_core.paths import jupyter_runtime_dir
 
             kwargs.setdefault("transport", "ipc")
             # the sockets' path prefix: jupyter_client's default ("kernel-ipc") is relative, so the five
-            # sockets landed in the current folder (the repository, when a chapter runs from its root)
-            runtime = Path(jupyter_runtime_dir())
-            runtime.mkdir(parents=True, exist_ok=True)
-            kwargs.setdefault("ip", str(runtime / f"polyvox-{uuid.uuid4().hex[:12]}-ipc"))
+            # sockets landed in the current folder (the repository, when a chapter runs from its root);
+            # a short absolute one, since a Unix socket's path must stay under ~107 bytes (a runtime
+            # folder under a deep HOME does not)
+            kwargs.setdefault("ip", str(Path(tempfile.gettempdir()) / f"polyvox-{uuid.uuid4().hex[:12]}-ipc"))
             super().__init__(**kwargs)
 
         async def _async_launch_kernel(self, kernel_cmd, **kw):
