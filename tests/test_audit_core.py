@@ -90,41 +90,27 @@ def test_lock_still_works_and_records_the_holder(tmp_path):
 
 # --- 7: base64 of "Bearer <key>", "Basic <b64(user:key)>" and any prefix --------------------------
 
-def recoverable(text: str, key: str) -> bool:
-    """Whether the key (or 6+ characters of it) is in text, plainly or in any base64 alignment."""
-    def pieces(s):
-        return {s[i:i + 6] for i in range(len(s) - 5)}
-
-    if any(p in text for p in pieces(key)):
-        return True
+def _base64_decodings(text: str):
+    """Every base64 decoding of text's base64-looking runs, at each of the four alignments."""
     import re
+
     for token in re.findall(r"[A-Za-z0-9+/=]{8,}", text):
         for start in range(4):
             chunk = token[start:]
             chunk = chunk[: len(chunk) - len(chunk) % 4]
             try:
-                decoded = base64.b64decode(chunk).decode("latin-1")
+                yield base64.b64decode(chunk).decode("latin-1")
             except ValueError:
                 continue
-            if any(p in decoded for p in pieces(key)) or recoverable_once(decoded, key):
-                return True
-    return False
 
 
-def recoverable_once(text: str, key: str) -> bool:
-    import re
+def recoverable(text: str, key: str, depth: int = 2) -> bool:
+    """Whether the key (or 6+ characters of it) is in text, plainly or in any base64 alignment, nested
+    up to ``depth`` times ("Basic <b64(user:key)>" inside a base64 header is two)."""
     pieces = {key[i:i + 6] for i in range(len(key) - 5)}
-    for token in re.findall(r"[A-Za-z0-9+/=]{8,}", text):
-        for start in range(4):
-            chunk = token[start:]
-            chunk = chunk[: len(chunk) - len(chunk) % 4]
-            try:
-                decoded = base64.b64decode(chunk).decode("latin-1")
-            except ValueError:
-                continue
-            if any(p in decoded for p in pieces):
-                return True
-    return False
+    if any(p in text for p in pieces):
+        return True
+    return depth > 0 and any(recoverable(d, key, depth - 1) for d in _base64_decodings(text))
 
 
 @pytest.mark.parametrize("prefix", ["", "Bearer ", "Basic ", "x", "xy", "xyz", "alice:", "Authorization: Bearer "])

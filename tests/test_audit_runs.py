@@ -114,13 +114,19 @@ def test_merge_refuses_an_out_folder_inside_or_holding_a_shard(tmp_path, where):
     assert snapshot(tmp_path) == before
 
 
-# 34 — a resume that changes the rollouts removes the grades of the old ones; stale grades are refused
-def test_a_resume_that_adds_records_removes_stale_grades(tmp_path):
+def _graded_run_missing_its_last_rollout(tmp_path):
+    """A graded run whose last rollout line was then removed (a resume will draw it again); its grades' bytes."""
     out = make_run(tmp_path / "run")
     runs.grade(out)
-    stale = (out / "graded.jsonl").read_bytes()
+    graded = (out / "graded.jsonl").read_bytes()
     path = out / "rollouts.jsonl"
     path.write_text("".join(path.read_text().splitlines(keepends=True)[:-1]))
+    return out, graded
+
+
+# 34 — a resume that changes the rollouts removes the grades of the old ones; stale grades are refused
+def test_a_resume_that_adds_records_removes_stale_grades(tmp_path):
+    out, stale = _graded_run_missing_its_last_rollout(tmp_path)
     make_run(out, backend=Fake(answer="<answer>7</answer>"))
     assert not (out / "graded.jsonl").exists()
     assert "grading" not in json.loads((out / "manifest.json").read_text())
@@ -237,11 +243,7 @@ def test_a_failed_resume_after_new_records_keeps_no_grading_of_the_old_rollouts(
 
 
 def test_a_resume_that_fails_before_any_record_keeps_the_grades(tmp_path):
-    out = make_run(tmp_path / "run")
-    runs.grade(out)
-    graded = (out / "graded.jsonl").read_bytes()
-    path = out / "rollouts.jsonl"
-    path.write_text("".join(path.read_text().splitlines(keepends=True)[:-1]))
+    out, graded = _graded_run_missing_its_last_rollout(tmp_path)
     with pytest.raises(OSError):
         make_run(out, backend=Fake(fail_on_call=1, error=OSError("server gone")))
     assert (out / "graded.jsonl").read_bytes() == graded

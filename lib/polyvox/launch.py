@@ -127,10 +127,12 @@ def run_jobs(jobs: list[Job], where: Placement, logs: Path, *, done: Callable[[s
     logs.mkdir(parents=True, exist_ok=True)
     total, t_start = len(mine), time.time()
 
+    complete_elsewhere: set[str] = set()  # read from disk once: a complete stage stays complete
     def state_of(name: str) -> str | None:  # complete / failed / skipped / None (not finished)
         if name in results:
             return results[name].status
-        if done(name):
+        if name in complete_elsewhere or done(name):
+            complete_elsewhere.add(name)
             return RunStatus.COMPLETE
         return others().get(name)
 
@@ -325,8 +327,7 @@ def _finish(p, results: list[JobResult]) -> dict[str, float | None]:
         raise RuntimeError(f"{failed} job(s) failed and {len(bad) - failed} did not run; the complete stages stay "
                            "(run the same command again to resume)")
     times = {r.name: r.seconds for r in results}
-    return {st.folder.relative_to(p.out).as_posix(): times.get(st.folder.relative_to(p.out).as_posix())
-            for st in p.stages if st.folder.relative_to(p.out).as_posix() in times}
+    return {n: times[n] for n in (st.folder.relative_to(p.out).as_posix() for st in p.stages) if n in times}
 
 
 def _group(where: Placement):
