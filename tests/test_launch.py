@@ -152,6 +152,7 @@ def test_world_grid_over_two_ranks_under_torchrun(tmp_path):
                              "--master_port", "29517"),
                    env={"OMP_NUM_THREADS": "1"})
     assert run.returncode == 0, run.stderr[-3000:]
+    assert "terminate called" not in run.stderr  # every rank left its process group before exiting
     ranks = [json.loads((tmp_path / f"two/launch/rank-{r}.json").read_text()) for r in (0, 1)]
     names = [[j["name"] for j in r["jobs"]] for r in ranks]
     # positions ≡ rank (mod 2) of models, seed-0/panel-rl, seed-1/panel-rl

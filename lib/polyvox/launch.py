@@ -247,13 +247,20 @@ def _launch(pipeline, todo, factory, kwargs, where: Placement, progress: bool) -
         _barrier(dist)
         return _finish(p, _gather(dist, results))
 
-    if where.rank == 0:
-        return pipeline.run(todo, execute=execute)
-    _barrier(dist)
-    results = _run_rank(pipeline, jobs_of(pipeline), where, root, progress)
-    _barrier(dist)
-    _gather(dist, results)
-    return {r.name: r.seconds for r in results}
+    try:
+        if where.rank == 0:
+            return pipeline.run(todo, execute=execute)
+        _barrier(dist)
+        results = _run_rank(pipeline, jobs_of(pipeline), where, root, progress)
+        _barrier(dist)
+        _gather(dist, results)
+        return {r.name: r.seconds for r in results}
+    finally:
+        # gloo's threads must be joined before the interpreter exits: a rank that leaves with its group
+        # alive aborts ("terminate called without an active exception", SIGABRT) and torchrun then stops
+        # the other ranks
+        if dist is not None and dist.is_initialized():
+            dist.destroy_process_group()
 
 
 @contextlib.contextmanager
