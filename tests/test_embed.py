@@ -7,7 +7,7 @@ from polyvox import embed
 
 @pytest.fixture(scope="module")
 def model():
-    return embed.load_embedder()
+    return embed.load_embedder(cache=None)
 
 
 @pytest.mark.slow  # loads the real embedder (about 10 s on 2 cores)
@@ -62,3 +62,33 @@ def test_packaged_model_is_checked_by_hash(tmp_path):
     (copy / "config.json").write_text((copy / "config.json").read_text().replace("384", "385", 1))
     with pytest.raises(ValueError, match="not the pinned"):
         embed.verified_packaged_model(copy)
+
+
+@pytest.mark.slow  # loads the real embedder (about 10 s on 2 cores)
+def test_a_cached_call_returns_the_computed_floats_and_embeds_nothing(tmp_path):
+    cached = embed.load_embedder(cache=tmp_path / "emb")
+    calls = []
+    encode = cached.encode
+    cached.encode = lambda *a, **k: calls.append(len(a[0])) or encode(*a, **k)  # counts, then runs the real one
+    texts = ["Expert 1: two plus two is four.", "Adding two and two gives four.", "x " * 600]
+    first = embed.embed_head(cached, texts, head_chars=2000)
+    again = embed.embed_head(cached, texts, head_chars=2000)
+    assert calls == [3] and len(list((tmp_path / "emb").rglob("*.safetensors"))) == 1
+    for a, b in zip((first.vectors, first.fraction_read, first.n_pieces), (again.vectors, again.fraction_read, again.n_pieces)):
+        assert np.array_equal(a, b)
+    # another text list, another head length or another way of embedding is another call
+    embed.embed_head(cached, texts[:2], head_chars=2000)
+    embed.embed_head(cached, texts, head_chars=100)
+    w1, w2 = embed.embed_windowed(cached, texts), embed.embed_windowed(cached, texts)
+    assert calls[:3] == [3, 2, 3] and len(calls) == 4 and np.array_equal(w1.vectors, w2.vectors)
+    # a file cut short is embedded again and replaced, with the same floats
+    cache, _ = cached.polyvox_cache
+    f = cache.path(embed.call_key(cached, "head", texts, head_chars=2000, batch_size=32))
+    f.write_bytes(f.read_bytes()[:40])
+    for _ in range(2):
+        assert np.array_equal(embed.embed_head(cached, texts, head_chars=2000).vectors, first.vectors)
+    assert calls[4:] == [3] and not list((tmp_path / "emb").rglob("*.tmp"))
+    # the uncached embedder computes the same floats
+    plain = embed.load_embedder(cache=None)
+    assert plain.polyvox_cache is None
+    assert np.array_equal(embed.embed_head(plain, texts, head_chars=2000).vectors, first.vectors)

@@ -107,14 +107,3 @@ def test_pipeline_smoke_end_to_end_and_resume(tmp_path, root):
     assert "router_head vs router_persona" in done.stdout and "by preference" in done.stdout
 
 
-@pytest.mark.slow
-def test_chapter_builds_from_the_shipped_run(tmp_path, root):
-    """The Part II chapter executes offline from data/runs/personas-h200 (papermill, through `polyvox run`)."""
-    nb = root / "notebooks" / "personas" / "persona_basis.ipynb"
-    done = subprocess.run([sys.executable, "-m", "polyvox.cli", "run", str(nb), "--out", str(tmp_path / "ch")],
-                          cwd=root, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
-    out = json.loads((tmp_path / "ch" / "persona_basis.ipynb").read_text())
-    text = json.dumps(out)
-    assert "forward KL better" in text or "reverse KL better" in text or "no difference" in text \
-        or "no consistent winner" in text

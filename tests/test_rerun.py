@@ -153,6 +153,12 @@ def test_a_generating_chapter_runs_its_pipeline_inside_out(repo, chapter, extra)
     out = f"runs/{chapter.replace('/', '-')}"
     polyvox_run(repo, chapter, out, ["-p", "generate=true", *extra])  # its pipeline: <out>/run by default
     assert (repo / out / "run").is_dir() and any((repo / out / "run").iterdir())
+    executed = (repo / out / f"{chapter.split('/')[1]}.ipynb").read_text()
+    assert '"ename"' not in executed
+    if chapter == "world/replication":  # every stage ran: the sweep's evaluations and the hill-climbs
+        assert "a new run at scale" in executed
+        assert (repo / out / "run/seed-0/eval/cap-32/tiny-panel/graded.jsonl").exists()
+        assert (repo / out / "run/seed-1/hillclimb-think/heldout_trajectory.jsonl").exists()
 
 
 def test_nothing_was_written_into_the_real_repository(repo, real_repo_before):

