@@ -107,6 +107,12 @@ def reward(arm: str, completion: str, gold: str, tag_coef: float = 0.2, grader: 
     return float(correct) + tag_coef * (float(valid) - 1.0), correct, valid
 
 
+def cut_by_cap(ids, cap: int, eos_token_id) -> bool:
+    """Whether a completion's token ids were cut by the cap: as long as the cap and not closed by the
+    end token (TRL keeps the end token in the ids it hands to reward functions)."""
+    return len(ids) >= cap and (len(ids) == 0 or ids[-1] != eos_token_id)
+
+
 def prompt_for(arm: str, text: str, tokenizer) -> str:
     return formats.build_prompt("panel" if arm == "panel" else "think", text, tokenizer).text
 
@@ -152,15 +158,18 @@ def evaluate(model, tokenizer, arm: str, problems, samples: int = 4, max_tokens:
     grades = grade_completions(grader, [o.text for o in outs], [problems[j].gold for j in mine for _ in range(samples)])
     correct = np.array([g.correct for g in grades], dtype=float).reshape(len(mine), samples)
     tokens = np.array([o.completion_tokens for o in outs], dtype=float).reshape(len(mine), samples)
-    rows = [(j, float(c.mean()), t.tolist()) for j, c, t in zip(mine, correct, tokens)]
+    cut = np.array([o.finish_reason == "length" for o in outs], dtype=float).reshape(len(mine), samples)
+    rows = [(j, float(c.mean()), t.tolist(), float(h.sum())) for j, c, t, h in zip(mine, correct, tokens, cut)]
     if processes > 1:
         rows = sorted(parallel.gather(rows))
-    per_problem = np.array([acc for _, acc, _ in rows])
+    per_problem = np.array([acc for _, acc, *_ in rows])
     levels = {}
-    for (j, acc, _) in rows:
+    for (j, acc, _, _) in rows:
         levels.setdefault(str(problems[j].metadata.get("level")), []).append(acc)
     return {"heldout_mean": float(per_problem.mean()), "per_level": {k: float(np.mean(v)) for k, v in levels.items()},
-            "mean_completion_tokens": float(np.mean([t for _, _, ts in rows for t in ts]))}
+            "mean_completion_tokens": float(np.mean([t for _, _, ts, _ in rows for t in ts])),
+            # samples that stopped at max_tokens without their end token: what the cap cut
+            "cap_hits": int(sum(h for *_, h in rows)), "cap_hit_rate": float(sum(h for *_, h in rows) / (len(rows) * samples))}
 
 
 def train(cfg: RLConfig, progress: bool = True) -> Path:
@@ -279,10 +288,12 @@ def _stages(cfg: RLConfig, out: Path, tok, summary: dict, device: str, attempts:
                 rs = [cfg.reward_fn(c, by_id[i]) for c, i in zip(completions, pid)]
             else:
                 rs = [reward(cfg.arm, c, g, cfg.tag_coef, stage.grading) for c, g in zip(completions, gold)]
-            lengths = [len(ids) for ids in completion_ids] if completion_ids is not None else \
-                [len(tok(c, add_special_tokens=False)["input_ids"]) for c in completions]
+            ids_of = completion_ids if completion_ids is not None else \
+                [tok(c, add_special_tokens=False)["input_ids"] for c in completions]
+            lengths = [len(ids) for ids in ids_of]
+            cut = [cut_by_cap(ids, cfg.max_completion_length, tok.eos_token_id) for ids in ids_of]
             # the step's statistics over the whole batch: every rank's rows, in batch order
-            batch = parallel.gather([(x[0], bool(x[1]), bool(x[2]), n) for x, n in zip(rs, lengths)])
+            batch = parallel.gather([(x[0], bool(x[1]), bool(x[2]), n, h) for x, n, h in zip(rs, lengths, cut)])
             r = np.array([x[0] for x in batch])
             lengths_all = [x[3] for x in batch]
             groups = r.reshape(-1, cfg.group_size) if len(r) % cfg.group_size == 0 else r[None]
@@ -293,6 +304,7 @@ def _stages(cfg: RLConfig, out: Path, tok, summary: dict, device: str, attempts:
                           "frac_groups_all_equal": float(np.mean(groups.std(axis=1) == 0)),
                           "completion_tokens_mean": float(np.mean(lengths_all)),
                           "completion_tokens_max": int(np.max(lengths_all)),
+                          "cap_hits": int(sum(x[4] for x in batch)), "cap_hit_rate": float(np.mean([x[4] for x in batch])),
                           **({"completions": len(batch)} if processes > 1 else {})})
             return [x[0] for x in rs]
 
