@@ -18,7 +18,14 @@ were trained elsewhere; the miniature PD/RL functions take Hugging Face model pa
 Random streams: ``data.seed`` plus a named offset (:data:`TEST_SEED_OFFSET` …).
 
 Stages
-- ``models``: tokenizer and the four base models (:mod:`.models`);
+- ``models``: tokenizer and the four base models (:mod:`.models`). Before any training the scale's
+  budgets are checked (:func:`.models.check_budgets`: a larger model never trains fewer steps or
+  tokens; also a read-only check of the run, so a refused scale writes nothing); after training,
+  each model alone on a validation split (:func:`validate_models`), recorded in
+  ``models/validation.json`` and in the stage's record. When solo accuracy does not rise strictly
+  with size with disjoint Wilson intervals between small and large, the run stops with one line if
+  the scale says ``models.stop_if_unordered: true`` (a run-control key: it changes no output, so it
+  is left out of the stage's settings, and a stopped run resumes with it changed; absent: false);
 - ``pd``: protocol distillation per agent plus ``homo`` (:mod:`.models`): a LoRA adapter
   (``pd.mode: lora``, the default) or a full fine-tune (``pd.mode: full``, the recorded cpu run);
 - ``rl``: pyramid supervision, GRPO (:func:`polyvox.train.grpo.train`) with a LoRA adapter —
@@ -52,6 +59,7 @@ QA_SEED_OFFSET = 1  # a split's QA questions, beside its world questions
 RL_STATES_SEED_OFFSET = 5  # the shuffle of the agents' states GRPO trains on
 HOMO_SEED_OFFSET = 7  # homo's PD adapter (the agents' take data.seed + their index, 0 … 2)
 CASCADE_SAMPLE_SEED = 1  # small's and mid's second, sampled answers for the cascade (the solo runs: seed 0)
+STOP_KEY = "stop_if_unordered"  # models.<this>: a failed size ordering stops the run
 
 
 def load_scale(scale: str | Path) -> dict:
@@ -67,13 +75,37 @@ def problems(s: dict, split: str) -> list[Problem]:
 
 
 def _settings(s: dict, *sections) -> dict:
-    return json.loads(json.dumps({"scale": s["name"], "data": s["data"], **{k: s[k] for k in sections}}))
+    picked = {k: s[k] for k in sections}
+    if isinstance(picked.get("models"), dict):  # run control, not a setting the outputs depend on
+        picked["models"] = {k: v for k, v in picked["models"].items() if k != STOP_KEY}
+    return json.loads(json.dumps({"scale": s["name"], "data": s["data"], **picked}))
 
 
-def stage_models(out: Path, s: dict) -> None:
-    from .models import build_tokenizer, solo_pairs, train_base
+def stop_if_unordered(s: dict) -> bool:
+    """Whether a failed size ordering on the validation split stops the run (the scale's
+    ``models.stop_if_unordered``; absent: false)."""
+    return bool(s["models"].get(STOP_KEY, False))
+
+
+def validate_models(out: Path, s: dict, train: list[Problem]) -> dict:
+    """Each trained base model in ``out`` alone on the validation split (:func:`.models.validation_problems`,
+    disjoint from the test set by underlying problem), greedy as the eval stage runs solo; the check and
+    its record, ``out/validation.json``, are :func:`.models.validation_check`'s. Returns the fields the
+    stage's record keeps; raises one line when the ordering fails and :func:`stop_if_unordered`."""
+    from .models import validation_check, validation_problems
+
+    e = s["eval"]
+    val = validation_problems(s, problems(s, "test"), train)
+    rec = validation_check(out, s, val, lambda m: _backend(out / m, None, e), train=train, stop=stop_if_unordered(s))
+    return {"validation": {"ordering_ok": rec["ordering_ok"], "ordering": rec["ordering"],
+                           "questions": rec["questions"], "file": "validation.json"}}
+
+
+def stage_models(out: Path, s: dict) -> dict:
+    from .models import build_tokenizer, check_budgets, solo_pairs, train_base
     from .traces import sft_examples
 
+    check_budgets(s)  # before any training (the run's checks did so too; a launcher's worker comes here alone)
     m = s["models"]
     train = problems(s, "train")
     pairs = solo_pairs(train)
@@ -87,6 +119,7 @@ def stage_models(out: Path, s: dict) -> None:
         cards[name] = train_base(out, name, spec, tok, pairs, m["seq_len"], m["batch"], steps, m["lr"],
                                  s["data"]["seed"] + i)
     (out / "params.json").write_text(json.dumps({k: c["parameters"] for k, c in cards.items()}, indent=1) + "\n")
+    return validate_models(out, s, train)
 
 
 def stage_pd(out: Path, s: dict, models: Path) -> None:
@@ -194,7 +227,7 @@ def stage_eval(out: Path, s: dict, models: Path, pd: Path, rl: Path, only: list[
 
 SECTIONS = {"models": ("models",), "pd": ("models", "pd"), "rl": ("models", "pd", "rl"),
             "eval": ("models", "pd", "rl", "eval")}
-RUN_ONLY = ("threads",)  # scale keys that change no output: a rerun may change them
+RUN_ONLY = ("threads", f"models.{STOP_KEY}")  # scale keys that change no output: a rerun may change them
 EXTERNAL = "full scale: this stage's models are served at the scale's endpoints"
 
 
@@ -239,9 +272,16 @@ def pipeline(out: str | Path, s: dict, models_dir: str | Path | None = None) -> 
             # ~40× slower (OpenMP threads spin waiting for one another); the scale pins the count
             torch.set_num_threads(int(s["threads"]))
 
-    return stages.Pipeline(stages.KIND_COLLAB, out, s, [_stage(out, s, st, models) for st in STAGES], STAGES,
-                           recognise=_recognise, ignore=RUN_ONLY, checks=[models_exist], setup=threads,
-                           process_setup=threads)
+    def budgets(todo) -> None:  # validate first: a scale whose budgets fall with size trains nothing
+        from .models import check_budgets
+
+        if "models" in todo and not s.get("endpoints") and p.state(p.stages[0]) != "done":
+            check_budgets(s)
+
+    p = stages.Pipeline(stages.KIND_COLLAB, out, s, [_stage(out, s, st, models) for st in STAGES], STAGES,
+                        recognise=_recognise, ignore=RUN_ONLY, checks=[models_exist, budgets], setup=threads,
+                        process_setup=threads)
+    return p
 
 
 def check(out: str | Path, s: dict, todo=STAGES, models_dir: str | Path | None = None) -> None:
