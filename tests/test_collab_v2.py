@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from polyvox import runs
 from polyvox.backends.base import Completion
 from polyvox.formats import Prompt
 from polyvox.studies.collab import analysis as A
@@ -235,7 +236,8 @@ def test_malformed(answer, bad):
 
 def test_a_malformed_answer_is_no_answer():
     bad = "1 ÷ 11 ÷ 11 ÷ 11 ÷ 111.</think> <answer>1"
-    assert grade_answer(bad, "1", {"task": "world"})[0]  # the integer grader alone credits its last block
+    assert runs.grade_completions("integer", [bad], ["1"], bare=True)[0].correct  # the grader alone credits it
+    assert grade_answer(bad, "1", {"task": "world"}) == (False, 0.0)  # the collaboration's rule does not
     rec = {"id": "w1", "gold": "1", "metadata": {"task": "world", "level": 1}, "status": "t_max", "final": None,
            "n_turns": 1, "turns": [{"agent": "big", "answer": bad, "prompt_tokens": 3, "completion_tokens": 4}]}
     df = A.score([rec], {"big": 1.0}, "final_or_last")
@@ -249,8 +251,8 @@ def test_cl_base_is_1_7_percent_and_nothing_else_moves(recorded):
     assert int(sc["cl-base"].correct.sum()) == 4 and round(100 * sc["cl-base"].correct.mean(), 1) == 1.7
     assert sc["cl-base"].malformed.sum() == 48  # malformed projected answers; one was credited before
     credited = [i for i, r in sc["cl-base"].iterrows() if r.malformed
-                and grade_answer(r.answer, next(x["gold"] for x in recorded["runs"]["cl-base"] if x["id"] == i),
-                                 {"task": r.task})[0]]
+                and runs.grade_completions("integer", [r.answer], [next(x["gold"] for x in recorded["runs"]["cl-base"]
+                                                                       if x["id"] == i)], bare=True)[0].correct]
     assert credited == ["w1-06888cdb4d"]
     assert {k: int(v.correct.sum()) for k, v in sc.items() if k != "cl-base"} == {
         "cl": 59, "cl-pd": 57, "homo": 83, "solo-big": 102, "solo-large": 92, "solo-mid": 106, "solo-small": 122,

@@ -6,7 +6,7 @@
   confidence signal: the backends return no log-probabilities). Each derived record holds exactly
   the calls the system would make, so its cost is recomputed like any other.
 - :func:`score`: per question, the projected answer (:mod:`.projections`; a malformed one is no
-  answer), correct (EM), F1, source, both cost views and calls (:mod:`.cost`), each turn charged at
+  answer, :func:`.tasks.grade_answer`'s rule), correct (EM), F1, source, both cost views and calls (:mod:`.cost`), each turn charged at
   the weight of the model that wrote it (:func:`role_models`, from :func:`.pipeline.eval_systems`).
 - :func:`summary`: accuracy with a Wilson 95 % interval, F1, mean weighted output tokens
   and calls per system and task; :func:`pareto` marks the accuracy-vs-cost frontier;
@@ -119,8 +119,7 @@ def score(records: list[dict], weights: dict, projection: str = MAIN_PROJECTION,
     rows = []
     for r in records:
         ans, src = project(r, projection)
-        # a malformed answer (a protocol tag inside: .projections.malformed) is no answer
-        correct, f1 = (False, 0.0) if malformed(ans) else grade_answer(ans, r["gold"], r["metadata"])
+        correct, f1 = grade_answer(ans, r["gold"], r["metadata"])  # a malformed answer is no answer (its rule)
         c = costs.question_cost(r, weights, models)
         full = costs.question_cost(r, weights, models, "full")["weighted_tokens"]
         rows.append({"id": r["id"], "task": r["metadata"].get("task"), "level": r["metadata"].get("level"),

@@ -17,8 +17,9 @@ Each returns (answer, source), source ∈ {final, first_tentative, last_tentativ
 …) is not an answer body but a parsing remnant — a turn that opened ``<answer>`` twice leaves
 ``"1 ÷ 11 ÷ 111.</think> <answer>1"`` as its tentative answer. The ``integer`` grader, fed such a
 string as a bare body, grades the last ``<answer>`` block inside it ("1") and credits it; the
-chapter grades a malformed answer as no answer (:func:`.analysis.score`), which moves ``cl-base``
-of the recorded run from 5 to 4 correct of 240 (2.1 % → 1.7 %) and no other system.
+collaboration's grader grades a malformed answer as no answer (:func:`.tasks.grade_answer`, so every
+reader agrees), which moves ``cl-base`` of the recorded run from 5 to 4 correct of 240 (2.1 % → 1.7 %)
+and no other system.
 """
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ from ... import tasks
 from ...records import Problem
 from ...tasks import register_task
 from ..world import problems as world
+from .projections import malformed
 
 FIRST = ["Ada", "Ben", "Cleo", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jun", "Kai", "Lia", "Max", "Nia",
          "Oto", "Pia"]
@@ -132,11 +133,23 @@ def grader_for(problem_or_meta) -> str:
 
 
 def grade_answer(answer: str | None, gold, meta: dict):
-    """Grade one projected answer: (correct, f1) with its task's grader and options, through
-    :func:`polyvox.runs.grade_completions` (``bare``: the answer is graded as an ``<answer>`` body)."""
+    """Grade one answer of a trajectory (a projected answer, a turn's tentative answer): (correct, f1) with
+    its task's grader and options, through :func:`polyvox.runs.grade_completions` (``bare``: the answer is
+    graded as an ``<answer>`` body; f1 is the grader's, or 1.0/0.0 with correctness where it gives none).
+
+    No answer (None) and a malformed answer (:func:`.projections.malformed`: it carries a protocol tag, the
+    remnant of a broken turn, not an answer body) are both (False, 0.0); a malformed one never reaches the
+    grader (None does, as an empty body, so every answer slot is graded through runs alike). The
+    rule lives here so that every path agrees — the chapter's scores (:func:`.analysis.score`), the RL
+    reward (:func:`.judge.pyramid_reward`) and any reader of the records: fed as a bare body, the ``integer``
+    grader would grade the last ``<answer>`` block inside ``"1 ÷ 11.</think> <answer>1"`` and credit it
+    (the recorded run's ``cl-base``: 5 of 240 credited that way, 4 under this rule)."""
     from ... import runs
 
+    if malformed(answer):
+        return False, 0.0
     task = tasks.get(task_for(meta))
-    [g] = runs.grade_completions(task.grader, [answer], [gold], task.grade_options, bare=True)
-    f1 = g.f1 if g.f1 is not None else float(g.correct)
-    return bool(g.correct) and answer is not None, f1 if answer is not None else 0.0
+    [g] = runs.grade_completions(task.grader, [answer], [gold], task.grade_options, bare=True)  # None: empty
+    if answer is None:
+        return False, 0.0
+    return bool(g.correct), g.f1 if g.f1 is not None else float(g.correct)
