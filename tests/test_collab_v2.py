@@ -115,10 +115,12 @@ def test_the_validation_split_is_sized_and_disjoint_from_test():
     # an underlying problem is its chain (QA) or its calculation (world), not its wording
     qa = [p for p in val if p.metadata["task"] == "qa"]
     assert models.underlying(qa[0]) == ("qa", None, tuple(qa[0].metadata["steps"]))
-    # QA has only 144 chains, all in the training questions: a test set holding them all leaves none
-    assert models.overlap([p for p in test if p.metadata["task"] == "qa"], train) == s["eval"]["qa_n"]
+    # QA splits by chain (tasks.qa_splits): validation and test questions share no chain with training
+    assert models.overlap([p for p in test if p.metadata["task"] == "qa"], train) == 0
+    assert models.overlap(qa, train) == 0 and {p.metadata["split"] for p in qa} == {"validation"}
+    # a "test set" holding the validation split's chains leaves none
     with pytest.raises(ValueError, match="only 0 QA questions off the test set's chains"):
-        models.validation_problems(s, [p for p in train if p.metadata["task"] == "qa"])
+        models.validation_problems(s, qa)
 
 
 class Scripted:

@@ -24,10 +24,11 @@ Skill must rise with size (issue 23: the recorded run trained larger models fewe
   (steps × batch × seq_len) as the next smaller one; one line names the first breach.
 - :func:`validation_problems`: a validation split the size of the test set, drawn at
   ``data.seed`` + :data:`VALIDATION_SEED_OFFSET`, sharing no underlying problem with the test set
-  (:func:`underlying`: a world problem's start and calculations, a QA question's chain of facts);
-  world problems outside the training set come first, but level-1 arithmetic has few calculations
-  and QA only 144 chains, all in training (so are the test set's): the overlap with training is
-  recorded (:func:`overlap`), not avoided.
+  (:func:`underlying`: a world problem's start and calculations, a QA question's chain of facts).
+  QA questions come from the QA task's own ``validation`` split, whose chains are in neither train nor
+  test (:func:`.tasks.qa_splits`); world problems outside the training set come first, but level-1
+  arithmetic has few calculations, so their overlap with training is recorded (:func:`overlap`), not
+  avoided.
 - :func:`validation_check`: each base model alone on it (greedy, as the eval stage runs solo),
   scored as the chapter scores, then :func:`.analysis.ordering_check`; written to
   ``validation.json`` and returned for the models stage's record; a failure raises one line.
@@ -204,9 +205,10 @@ def underlying(p) -> tuple:
 
 def validation_problems(s: dict, test: list, train: list | None = None) -> list:
     """``eval.world_per_level`` world problems per level and ``eval.qa_n`` QA questions, drawn at
-    ``data.seed`` + :data:`VALIDATION_SEED_OFFSET`, none sharing an underlying problem with ``test``; those
-    outside ``train`` too come first (level-1 arithmetic has few calculations: training holds most). Too
-    few candidates: a ValueError naming the task."""
+    ``data.seed`` + :data:`VALIDATION_SEED_OFFSET`, none sharing an underlying problem with ``test``: QA
+    from the task's ``validation`` split (chains of neither train nor test; checked against ``test`` all
+    the same), world problems off ``test``'s calculations, those outside ``train`` too first (level-1
+    arithmetic has few calculations: training holds most). Too few candidates: a ValueError naming the task."""
     from .tasks import collab_qa, collab_world
 
     e, d = s["eval"], s["data"]
@@ -221,7 +223,7 @@ def validation_problems(s: dict, test: list, train: list | None = None) -> list:
             raise ValueError(f"validation split: only {len(got)} world problems of level {level} off the test "
                              f"set's calculations, {e['world_per_level']} wanted")
         out += sorted(got, key=lambda p: underlying(p) in seen_train)[:e["world_per_level"]]
-    qa = [p for p in collab_qa(n=4 * e["qa_n"], seed=seed + 1, split="train") if underlying(p) not in avoid]
+    qa = [p for p in collab_qa(n=e["qa_n"], seed=seed + 1, split="validation") if underlying(p) not in avoid]
     if len(qa) < e["qa_n"]:
         raise ValueError(f"validation split: only {len(qa)} QA questions off the test set's chains, {e['qa_n']} wanted")
     return out + qa[:e["qa_n"]]

@@ -9,8 +9,20 @@
   mentor of Ada Quill born?"). The question text carries its context, as MuSiQue's
   paragraphs do: the chain's facts and ``distractors`` facts about other entities,
   shuffled. Gold = the answer entity (regions have two-word names, so token F1 differs
-  from exact match); grader ``qa`` (SQuAD-normalised EM and token F1). Splits: a
-  question's split is a hash of its text (20 % test), as in the world.
+  from exact match); grader ``qa`` (SQuAD-normalised EM and token F1).
+  Splits (``train``, ``validation``, ``test``) are by the underlying problem, the fact chain, not by the
+  wording: each person of the knowledge base is assigned to one split (:func:`qa_splits`: the people
+  ranked by a hash of the knowledge-base seed and the name, the first 20 % ``test``, the next 20 %
+  ``validation``, the rest ``train``), and a question belongs to the split of the person its chain
+  starts from. So no chain — nor a shorter chain from the same person, which is its prefix — is in two
+  splits, whatever the sampling seed of each split's draw. (Facts can still recur: two people may
+  share a mentor, and every chain ends in one of 12 towns, 6 regions, 3 countries.)
+  *Changed* (issue 23): the split was a hash of the question's text (20 % test), so one chain
+  reached train and test in different wordings (the 144 chains all appeared in both); a question's
+  metadata now names its ``person``. Runs recorded before (``data/runs/collab-h200``) keep their own
+  questions — their trajectory records hold each question's text, gold and metadata, and nothing
+  reading them regenerates the questions —; the new split applies to new runs.
+- World problems keep the world's own split (a hash of the text, :mod:`polyvox.studies.world.problems`).
 Both register in :mod:`polyvox.tasks` on import.
 """
 from __future__ import annotations
@@ -85,12 +97,32 @@ def _distractor(kb: dict, rng: random.Random, avoid: set) -> str:
     return s if s not in avoid else ""
 
 
+QA_SPLITS = (("test", 0.2), ("validation", 0.2), ("train", None))  # share of the people; train: the rest
+
+
+def qa_splits(kb: dict, kb_seed: int = 0) -> dict[str, str]:
+    """Person → split: the people ranked by sha256 of ``"<kb_seed>:<name>"``, cut in the shares of
+    :data:`QA_SPLITS` (rounded; train takes the rest). Depends on the knowledge base only, never on a
+    draw's sampling seed, so the splits of every draw agree."""
+    people = sorted(kb["mentor"], key=lambda p: hashlib.sha256(f"{kb_seed}:{p}".encode()).hexdigest())
+    out, start = {}, 0
+    for name, share in QA_SPLITS:
+        end = len(people) if share is None else start + round(share * len(people))
+        out.update({p: name for p in people[start:end]})
+        start = end
+    return out
+
+
 def make_qa(n: int, seed: int = 0, hops=(2, 3, 4), distractors: int = 3, split: str | None = None,
             kb_seed: int = 0) -> list[Problem]:
+    """``n`` distinct questions (by text), chains drawn from the people of ``split`` (all people: None)."""
     kb = knowledge_base(kb_seed)
+    splits = qa_splits(kb, kb_seed)
+    if split is not None and split not in {name for name, _ in QA_SPLITS}:
+        raise ValueError(f"collab_qa: unknown split {split!r}; splits: {', '.join(name for name, _ in QA_SPLITS)}")
     rng = random.Random(seed)
     out, seen = [], set()
-    people = sorted(kb["mentor"])
+    people = sorted(p for p in kb["mentor"] if split is None or splits[p] == split)
     tries = 0
     while len(out) < n:
         tries += 1
@@ -106,12 +138,12 @@ def make_qa(n: int, seed: int = 0, hops=(2, 3, 4), distractors: int = 3, split: 
                 context.append(d)
         rng.shuffle(context)
         text = " ".join(context) + " " + QUESTIONS[h].format(p=person)
-        sp = "test" if int(hashlib.sha256(text.encode()).hexdigest(), 16) % 5 == 0 else "train"
-        if text in seen or (split and sp != split):
+        if text in seen:
             continue
         seen.add(text)
         pid = f"qa{h}-" + hashlib.sha256(text.encode()).hexdigest()[:10]
-        out.append(Problem(pid, text, answer, {"task": "qa", "level": h, "hops": h, "steps": facts, "split": sp}))
+        out.append(Problem(pid, text, answer, {"task": "qa", "level": h, "hops": h, "steps": facts,
+                                               "split": splits[person], "person": person}))
     return out
 
 
