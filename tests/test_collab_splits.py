@@ -61,7 +61,8 @@ def test_the_pipeline_s_train_validation_and_test_questions_share_no_chain(scale
     val = models.validation_problems(s, test, train)
     got = {"train": chains(train), "validation": chains(val), "test": chains(test)}
     assert all(got.values())
-    assert not got["train"] & got["test"] and not got["train"] & got["validation"] and not got["validation"] & got["test"]
+    for a, b in [("train", "validation"), ("train", "test"), ("validation", "test")]:
+        assert not got[a] & got[b], (a, b)
 
 
 def test_the_recorded_run_keeps_its_own_questions():

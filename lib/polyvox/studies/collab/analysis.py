@@ -5,9 +5,9 @@
   *accepted* when the greedy answer equals one sampled at the cascade temperature (agreement as the
   confidence signal: the backends return no log-probabilities). Each derived record holds exactly
   the calls the system would make, so its cost is recomputed like any other.
-- :func:`score`: per question, the projected answer (:mod:`.projections`; a malformed one is no
-  answer, :func:`.tasks.grade_answer`'s rule), correct (EM), F1, source, both cost views and calls (:mod:`.cost`), each turn charged at
-  the weight of the model that wrote it (:func:`role_models`, from :func:`.pipeline.eval_systems`).
+- :func:`score`: per question, the projected answer (:mod:`.projections`; a malformed one is no answer,
+  :func:`.tasks.grade_answer`'s rule), correct (EM), F1, source, both cost views and calls (:mod:`.cost`),
+  each turn charged at the weight of the model that wrote it (:func:`role_models`, :func:`.pipeline.eval_systems`).
 - :func:`summary`: accuracy with a Wilson 95 % interval, F1, mean weighted output tokens
   and calls per system and task; :func:`pareto` marks the accuracy-vs-cost frontier;
   :func:`transitions` counts hand-offs between agents; :func:`by_turns` accuracy by turns used.
