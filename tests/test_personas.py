@@ -85,12 +85,30 @@ def test_pipeline_smoke_end_to_end_and_resume(tmp_path, root):
     """Every stage at smoke scale with the shipped tiny-chat; a rerun skips everything; judge tally prints."""
     from polyvox import judge
     from polyvox.studies.personas import pipeline
+    from polyvox.train.distill_losses import PARAMETERISATION
 
     out = tmp_path / "run"
     pipeline.run(out, "smoke")
     rows = [json.loads(x) for x in (out / "systems" / "forward-s0.jsonl").read_text().splitlines()]
     assert rows and set(rows[0]["responses"]) == set(pipeline.SYSTEMS)
     assert (out / "heads" / "reverse-s0" / "mix_warm+thorough" / "adapter_model.safetensors").exists()
+    # issue 22: the cap measured and met, the sweep per arm on validation, the test heads on the pick
+    cap = json.loads((out / "cap" / "cap.json").read_text())
+    assert cap["fits"] and cap["cap"] >= cap["p99"] and set(cap["types"]) == set(pw.TYPES)
+    chosen = json.loads((out / "sweep" / "chosen" / "chosen.json").read_text())
+    assert set(chosen) == {"forward", "reverse"} and {c["temperature"] for c in chosen.values()} <= {1.0, 2.0}
+    table = [json.loads(x) for x in (out / "sweep" / "chosen" / "sweep.jsonl").read_text().splitlines()]
+    assert len(table) == 2 * 2 * len(pw.POLES) and sum(r["chosen"] for r in table) == 2 * len(pw.POLES)
+    for arm in ("forward", "reverse"):
+        record = json.loads((out / "heads" / f"{arm}-s0" / "manifest.json").read_text())
+        assert record["recipe"] == {k: chosen[arm][k] for k in record["recipe"]}
+        assert record["settings"]["parameterisation"] == PARAMETERISATION
+        for pole in pw.POLES:
+            log = [json.loads(x) for x in (out / "heads" / f"{arm}-s0" / pole / "train_log.jsonl").read_text().splitlines()]
+            assert len(log) == 2 and all(r["loss"] is not None and r["grad_norm"] > 0 for r in log)
+            head = record["heads"][pole]
+            assert head["loss_first"] == log[0]["loss"] and head["style_rate"] == log[-1]["validation_style"]
+            assert head["trained"] == pw.head_trained([r["loss"] for r in log], head["style_rate"])
     tallies = json.loads((out / "judge" / "tallies.json").read_text())
     assert len(tallies) == len(pipeline.comparisons(pipeline.load_scale("smoke"), out / "systems"))
     n_verdicts = len((out / "judge" / "verdicts.jsonl").read_text().splitlines())

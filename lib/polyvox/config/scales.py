@@ -101,7 +101,46 @@ class PersonasRouter(Strict):
     seed: Seed
 
 
+_Rates = Annotated[list[Rate], Field(min_length=1, description="a non-empty list of numbers > 0")]
+_Probs = Annotated[list[Prob], Field(min_length=1, description="a non-empty list of numbers in [0, 1]")]
+
+
+class PersonasSweep(Strict):
+    """``distill.sweep``: the validation sweep of issue 22 (:mod:`polyvox.studies.personas.steps`). Per arm,
+    every point of the grid (the product of the lists given; an axis not given keeps the distill section's
+    value) trains the four pole heads on the train users, scores them on validation users' prompts only,
+    and the arm's test heads take the point picked on validation."""
+
+    lr: _Rates = None  # type: ignore[assignment]
+    steps: Annotated[list[Pos], Field(min_length=1, description="a non-empty list of integers ≥ 1")] = None  # type: ignore[assignment]
+    temperature: _Rates = None  # type: ignore[assignment]
+    jsd_beta: Annotated[list[Prob | None], Field(min_length=1, description="a non-empty list of numbers in "
+                                                 "[0, 1] or null (the plain KLs)")] = None  # type: ignore[assignment]
+    student_sample_fraction: _Probs = None  # type: ignore[assignment]
+    seed: Seed = None  # type: ignore[assignment] - the sweep heads' seed; default: the first of arms.seeds
+
+    @field_validator("lr", "steps", "temperature", "jsd_beta", "student_sample_fraction")
+    @classmethod
+    def distinct(cls, v):
+        return _unique(v)
+
+
+class PersonasCap(Strict):
+    """``distill.cap``: the generation cap's measurement (issue 22): the teacher (the base with each
+    preference type's card) samples ``prompts`` train prompts up to ``ceiling`` tokens; the scale's
+    ``generate.max_tokens`` must reach the 99th percentile of the longest type's answers."""
+
+    prompts: Pos
+    ceiling: Annotated[int, Field(ge=8, description="an integer ≥ 8 (the measurement's own token cap)")]
+
+
 class PersonasDistill(Strict):
+    """``distill``: the heads' recipe (:func:`polyvox.train.distill.train`). The remedy fields (issue 22)
+    are optional; absent, they keep the recorded recipe's values: ``temperature`` 1 (the loss's τ),
+    ``jsd_beta`` null (the plain forward and reverse KLs; a number β trains the reverse arm on GKD's
+    generalized JSD(β) and the forward arm on its mirror JSD(1 − β)), ``student_sample_fraction`` 0
+    (GKD's λ: the chance a step trains on the student's own samples); no ``sweep`` and no ``cap``."""
+
     top_k: Pos
     lora_rank: Pos
     lora_alpha: Pos
@@ -111,6 +150,11 @@ class PersonasDistill(Strict):
     save_every: Pos
     validation_prompts: Pos
     teacher_temperature: Rate
+    temperature: Rate = None  # type: ignore[assignment] - default 1.0
+    jsd_beta: Prob | None = None
+    student_sample_fraction: Prob = None  # type: ignore[assignment] - default 0.0
+    sweep: PersonasSweep = None  # type: ignore[assignment]
+    cap: PersonasCap = None  # type: ignore[assignment]
 
 
 class PersonasArms(Strict):

@@ -38,7 +38,9 @@ Algorithm (one head):
    ``first_token_max_p`` (the student's mean max probability there): at a near-one-hot first
    token the reverse KL's gradient vanishes (see :mod:`.distill_losses`).
 5. Checkpoints every ``save_every`` steps (and the last) are scored by the caller's
-   ``select_fn(model, step) -> float`` on validation; the best is copied to ``adapter/``
+   ``select_fn(model, step)`` on validation: a number, or a mapping with the number as ``score``
+   and more finite numbers, logged beside it as ``validation_<key>`` (the persona heads log their
+   style rate, ``validation_style``); the best score's checkpoint is copied to ``adapter/``
    (ties: the earlier step), as the study selected run21's step 60 on validation.
 
 Remedy for the reverse KL (issue 22): the first response token of tiny-chat's student is near
@@ -140,6 +142,15 @@ def _sample(model, tok, prompts: list[str], cfg: DistillConfig, seed: int) -> li
     finally:
         tok.padding_side = side
     return out
+
+
+def sample_continuations(model, tok, prompts: list[str], max_new_tokens: int, temperature: float, seed: int,
+                         device: str = "cpu") -> list[list[int]]:
+    """One continuation per prompt (token ids, ending with eos when it stopped within ``max_new_tokens``),
+    sampled as the teacher's sequences are (batches of 64, seeded per batch)."""
+    cfg = DistillConfig(model="", out="", max_new_tokens=max_new_tokens, teacher_temperature=temperature,
+                        device=device)
+    return _sample(model, tok, prompts, cfg, seed)
 
 
 def _teacher_sequences(model, tok, teacher_prompts: list[str], cfg: DistillConfig) -> list[list[int]]:
@@ -276,8 +287,11 @@ def _train(cfg: DistillConfig, out: Path, student_prompts: list[str], teacher_pr
             save_adapter(model, out / f"step-{step}")
             if select_fn is not None:
                 with torch.no_grad():
-                    scores[step] = float(select_fn(model, step))
+                    got = select_fn(model, step)
+                extra = dict(got) if isinstance(got, dict) else {"score": got}
+                scores[step] = float(extra.pop("score"))
                 row["validation"] = scores[step]
+                row.update({f"validation_{k}": float(v) for k, v in extra.items()})
         append_jsonl(out / "train_log.jsonl", [finite_or_null(row)])  # a NaN loss logs as null
     best = max(scores, key=lambda s: (scores[s], -s)) if scores else cfg.steps
     shutil.copytree(out / f"step-{best}", out / "adapter")

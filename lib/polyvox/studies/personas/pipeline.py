@@ -1,4 +1,5 @@
-"""Part II in miniature, stage by stage: router → heads (forward and reverse, seeds) → generate → systems → judge.
+"""Part II in miniature, stage by stage: router → cap → sweep → heads (forward and reverse, seeds) → generate →
+systems → judge (cap and sweep only for a scale whose ``distill`` names them: issue 22).
 
 ``polyvox personas run --scale SCALE --out DIR`` runs every stage in order, a
 :class:`polyvox.stages.Pipeline` (validate first; one writer per folder and per manifest; a stage
@@ -12,13 +13,20 @@ chapters. The stages' work is in :mod:`.steps` and :mod:`.judging`.
 
 - ``router/``: features of the base model (:func:`.router.features`), the MLP, its test picks
   (``test_pred.jsonl``: prob, selected, label) and ``metrics.json`` (per-axis accuracy, confusion).
+- ``cap/`` and ``sweep/`` (:mod:`.sweep`): the teacher's answer lengths per persona and the generation
+  cap's check (a cap below the longest persona's 99th percentile is refused before anything generates
+  with it); per arm, every point of the validation sweep (``sweep/<arm>-<i>/``: learning rate × steps
+  × remedy, the four pole heads scored on validation users only) and the pick (``sweep/chosen/``),
+  which the arm's test heads use.
 - ``heads/<arm>-s<seed>/<pole>/``: :func:`polyvox.train.distill.train` (teacher = base with the
   pole's card as system prompt, student = base + LoRA on the user prompt alone), the
   checkpoint selected on validation (greedy answers of validation users' prompts scored by the
   rubric for the pole); ``mix_<pair>/``: the study's recipes mixed exactly
   (:func:`polyvox.adapters.save_mix`). A head whose own manifest is complete under the same
   settings is kept when an interrupted arm-seed is resumed; a head cut off mid-training is
-  retrained whole.
+  retrained whole. Each head's ``train_log.jsonl`` holds every step's loss and gradient norms; the
+  stage's record, per head, the loss's first and last value, the median gradient norms, the
+  validation style rate and issue 22's trained rule (:func:`.steps.head_record`).
 - ``gen/<unit>/``: greedy answers to the test prompts through the one run path
   (:func:`polyvox.runs.sample`, task ``personas``), one unit per adapter or card: ``base``,
   ``card-<type>`` (persona prompting), ``<arm>-s<seed>-<head or mix>``. Every system is an
@@ -39,10 +47,11 @@ from ... import judge, launch, stages
 from ...records import KIND_JUDGE, read_manifest
 from . import router as R  # noqa: F401 - the chapters read R.chat_prompt through this module
 from .judging import BY, comparisons, make_judge, rubric_judge, stage_judge  # noqa: F401 - public names
-from .steps import (PAIRS, RECIPES, SYSTEMS, _prompts, stage_generate, stage_heads, stage_router,  # noqa: F401
-                    stage_systems, units)
+from .steps import (PAIRS, RECIPES, REMEDY, SYSTEMS, _prompts, check_recipe, grid, recipe, remedy_scale,  # noqa: F401
+                    stage_generate, stage_heads, stage_router, stage_systems, units)
+from .sweep import cap_refusal, point_folder, stage_cap, stage_chosen, stage_point
 
-STAGES = ("router", "heads", "generate", "systems", "judge")
+STAGES = ("router", "cap", "sweep", "heads", "generate", "systems", "judge")
 RUN_ONLY = ("generate.threads",)  # scale keys that change no output: a rerun may change them
 
 
@@ -56,19 +65,55 @@ def _recognise(out: Path) -> bool:
     return (out / "scale.yaml").is_file()
 
 
+def _issue22(s: dict) -> dict:
+    """What a scale naming issue 22's distill keys adds to its heads' and sweep's stage settings: the
+    losses' parameterisation (:data:`polyvox.train.distill_losses.PARAMETERISATION`) and the remedy's
+    fields with their defaults written out (:data:`.steps.REMEDY`), so a changed parameterisation or
+    remedy is a changed stage. A scale of the recorded form (none of those keys: the shipped runs') adds nothing, so its
+    recorded stage settings still match; its heads' own manifests record the parameterisation."""
+    if not remedy_scale(s):
+        return {}
+    from ...train.distill_losses import PARAMETERISATION
+
+    return {"parameterisation": PARAMETERISATION, "remedy": {k: recipe(s)[k] for k in REMEDY}}
+
+
+def _issue22_stages(out: Path, s: dict) -> tuple[list[stages.Stage], tuple[Path, ...]]:
+    """The cap and sweep stages of a scale with ``distill.cap`` / ``distill.sweep`` (:mod:`.sweep`), and the
+    folders the heads then read."""
+    settings, d, found, reads = stages.settings_of, s["distill"], [], ()
+    if "cap" in d:
+        found.append(stages.Stage("cap", out / "cap", settings(s, "model", "world", "distill",
+                                                                max_tokens=s["generate"]["max_tokens"]),
+                                  lambda: stage_cap(out, s)))
+        reads += (out / "cap",)
+    if "sweep" in d:
+        points = [(arm, i) for arm in s["arms"]["losses"] for i in range(len(grid(s)))]
+        found += [stages.Stage("sweep", point_folder(out, arm, i),
+                               settings(s, "model", "world", "distill", arm=arm, point=i, **_issue22(s)),
+                               lambda arm=arm, i=i: stage_point(out, s, arm, i), reads) for arm, i in points]
+        found.append(stages.Stage("sweep", out / "sweep" / "chosen", settings(s, "model", "world", "distill", "arms"),
+                                  lambda: stage_chosen(out, s), tuple(point_folder(out, a, i) for a, i in points)))
+        reads += (out / "sweep" / "chosen",)
+    return found, reads
+
+
 def _stages(out: Path, s: dict) -> list[stages.Stage]:
     settings = stages.settings_of
     heads = [(arm, seed, out / "heads" / f"{arm}-s{seed}")
              for arm in s["arms"]["losses"] for seed in s["arms"]["seeds"]]
     generate = {k: v for k, v in s["generate"].items() if f"generate.{k}" not in RUN_ONLY}
+    before, heads_read = _issue22_stages(out, s)
 
     def generated() -> bool:  # a run recorded before gen/ had a record: every unit's run complete
         return all(read_manifest(out / "gen" / u).get("status") == "complete" for u in units(out, s))
 
     return [stages.Stage("router", out / "router", settings(s, "model", "world", "router"),
                          lambda: stage_router(out, s)),
-            *[stages.Stage("heads", folder, settings(s, "model", "world", "distill", arm=arm, seed=seed),
-                           lambda arm=arm, seed=seed: stage_heads(out, s, arm, seed)) for arm, seed, folder in heads],
+            *before,
+            *[stages.Stage("heads", folder, settings(s, "model", "world", "distill", arm=arm, seed=seed, **_issue22(s)),
+                           lambda arm=arm, seed=seed: stage_heads(out, s, arm, seed), heads_read)
+              for arm, seed, folder in heads],
             stages.Stage("generate", out / "gen", settings(s, "model", "world", "arms", generate=generate),
                          lambda: stage_generate(out, s), tuple(f for _a, _s, f in heads), legacy_done=generated),
             stages.Stage("systems", out / "systems", settings(s, "world", "arms"), lambda: stage_systems(out, s),
@@ -92,6 +137,13 @@ def pipeline(out: str | Path, s: dict) -> stages.Pipeline:
         if "judge" in todo:
             judge.check_out(out / "judge")
 
+    def recipe_and_cap(todo) -> None:  # issue 22: a tempered loss over the whole vocabulary; a cap that fits
+        if {"sweep", "heads"} & set(todo):
+            check_recipe(s)
+        line = cap_refusal(out, s) if {"sweep", "heads", "generate"} & set(todo) else None
+        if line:
+            raise ValueError(line)
+
     def threads() -> None:  # every process that runs a stage (the launcher's workers too)
         import torch
 
@@ -104,7 +156,7 @@ def pipeline(out: str | Path, s: dict) -> stages.Pipeline:
         tmp.replace(out / "scale.yaml")
 
     return stages.Pipeline(stages.KIND_PERSONAS, out, s, _stages(out, s), STAGES, recognise=_recognise,
-                           ignore=RUN_ONLY, checks=[older_scale, judge_folder], setup=setup, process_setup=threads)
+                           ignore=RUN_ONLY, checks=[older_scale, judge_folder, recipe_and_cap], setup=setup, process_setup=threads)
 
 
 def check(out: str | Path, s: dict, todo=STAGES) -> None:

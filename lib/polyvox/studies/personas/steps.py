@@ -95,55 +95,149 @@ class TrainingModel:
 def _validation_scorer(tok, pole: str, val: list[pw.PersonaPrompt], max_tokens: int):
     """A head's validation score at a checkpoint: greedy replies sampled in memory as
     :func:`polyvox.runs.sample` samples (:func:`polyvox.runs.sample_texts`), each scored by its pole's
-    match plus its right number (:func:`.analysis.correct`, the task's grader)."""
+    match plus its right number (:func:`.analysis.correct`, the task's grader); logged beside it, the
+    share of replies that show the pole (``style``: :func:`.world.style_rate`)."""
     from .analysis import correct
 
     golds = [str(p.problem.answer) for p in val]
+    n_steps = [len(p.problem.steps) for p in val]
 
     def score(model, step):
         texts = [x.completion for x in runs.sample_texts(ChatBackend(TrainingModel(model, tok)), "plain", val,
                                                          SamplingParams(max_tokens, 0.0))]
-        return sum(pw.pole_match(pole, t, len(p.problem.steps)) + ok
-                   for p, t, ok in zip(val, texts, correct(texts, golds))) / len(val)
+        return {"score": sum(pw.pole_match(pole, t, n) + ok for t, n, ok in zip(texts, n_steps, correct(texts, golds)))
+                / len(val), "style": pw.style_rate(pole, texts, n_steps)}
     return score
 
 
 SUMMARY = ("selected_step", "validation", "step_seconds_mean", "step_seconds_median", "teacher_sequence_seconds",
            "mean_sequence_tokens", "examples")  # what a head's record gives its arm-seed's record
+# issue 22's distill keys; absent, the recorded recipe's values (configs without them keep their stage settings)
+REMEDY = {"temperature": 1.0, "jsd_beta": None, "student_sample_fraction": 0.0}
+SWEPT = ("lr", "steps", *REMEDY)  # a recipe's keys; distill.sweep may give a list of values for each
+TRAINED_AT = 0.9  # issue 22: a head is trained when its loss falls and it shows its style on ≥ 90 % of validation
 
 
-def stage_heads(out: Path, s: dict, arm: str, seed: int) -> dict:
-    """The four pole heads of one arm and seed, then the pairs' mixes; a head complete under the same
-    settings (its own manifest) is kept when an interrupted arm-seed is resumed."""
+def remedy_scale(s: dict) -> bool:
+    """Whether the scale names any of issue 22's distill keys (a remedy field, ``sweep`` or ``cap``)."""
+    return any(k in s["distill"] for k in (*REMEDY, "sweep", "cap"))
+
+
+def recipe(s: dict) -> dict:
+    """The scale's own recipe: lr, steps and the remedy fields (absent: :data:`REMEDY`)."""
+    d = s["distill"]
+    return {"lr": d["lr"], "steps": d["steps"], **{k: d.get(k, v) for k, v in REMEDY.items()}}
+
+
+def grid(s: dict) -> list[dict]:
+    """The sweep's points in order: the product of ``distill.sweep``'s lists in :data:`SWEPT` order (the
+    last varying fastest); an axis not given keeps the recipe's value."""
+    import itertools
+
+    base, sweep = recipe(s), s["distill"].get("sweep") or {}
+    return [dict(zip(SWEPT, v)) for v in itertools.product(*[sweep.get(k, [base[k]]) for k in SWEPT])]
+
+
+def sweep_seed(s: dict) -> int:
+    return (s["distill"].get("sweep") or {}).get("seed", s["arms"]["seeds"][0])
+
+
+def loss_of(arm: str, jsd_beta: float | None) -> tuple[str, float | None]:
+    """An arm's loss and β: the plain KL (``arm``) when ``jsd_beta`` is None; else GKD's generalized JSD
+    (Agarwal et al., 2024, arXiv:2306.13649, Eq. 1), the reverse arm at β and the forward arm at 1 − β.
+    JSD_β(P, Q) = β KL(P‖M) + (1 − β) KL(Q‖M) with M = βP + (1 − β)Q equals JSD_{1−β}(Q, P), so the
+    forward arm's loss is the reverse arm's with teacher and student exchanged: the arms still differ
+    only in direction (β = 1: the reverse KL, and its mirror β = 0 the forward KL)."""
+    if jsd_beta is None:
+        return arm, None
+    return "jsd", float(jsd_beta) if arm == "reverse" else round(1.0 - float(jsd_beta), 12)
+
+
+def check_recipe(s: dict) -> None:
+    """Refuse (one line) a loss temperature τ > 1 — the recipe's or the sweep's — with ``top_k`` below the
+    model's vocabulary (read from its local config.json): the ``rest`` atom then lets a tempered student
+    flatten its first token (:mod:`polyvox.train.distill_losses`)."""
+    taus = {p["temperature"] for p in grid(s)}
+    config = Path(_model(s)) / "config.json"
+    vocab = json.loads(config.read_text()).get("vocab_size") if config.is_file() else None
+    k = s["distill"]["top_k"]
+    if max(taus) > 1 and vocab and k < vocab:
+        raise ValueError(f"scale {s['name']!r}: distill.top_k {k} with a loss temperature {max(taus):g} > 1: the "
+                         f"rest atom lets a tempered student flatten (polyvox.train.distill_losses); set "
+                         f"distill.top_k to the vocabulary ({vocab})")
+
+
+def head_record(folder: Path) -> dict:
+    """A trained head's summary (its manifest's :data:`SUMMARY`) and issue 22's facts from its step log:
+    the first and last loss, the median gradient norms (LoRA total; first response token's logits), the
+    style rate of the selected checkpoint's validation replies, whether the loss falls
+    (:func:`.world.loss_falls`) and whether the head trained (:func:`.world.head_trained` at :data:`TRAINED_AT`)."""
+    import statistics
+
+    m = read_json(folder / "manifest.json")
+    log = read_jsonl(folder / "train_log.jsonl")
+    losses = [r.get("loss") for r in log]
+    style = next((r.get("validation_style") for r in log if r["step"] == m.get("selected_step")), None)
+
+    def median(key):
+        xs = [r[key] for r in log if r.get(key) is not None]
+        return round(statistics.median(xs), 6) if xs else None
+
+    return {**{k: m.get(k) for k in SUMMARY}, "loss_first": losses[0], "loss_last": losses[-1],
+            "grad_norm_median": median("grad_norm"), "first_token_grad_norm_median": median("first_token_grad_norm"),
+            "style_rate": style, "loss_falls": pw.loss_falls(losses),
+            "trained": style is not None and pw.head_trained(losses, style, TRAINED_AT)}
+
+
+def train_poles(folder: Path, s: dict, arm: str, seed: int, point: dict) -> dict:
+    """The four pole heads of one arm under one recipe ``point`` (:data:`SWEPT`), trained on the train
+    users' prompts and selected on validation users' prompts; per pole, :func:`head_record`. A head
+    complete under the same settings (its own manifest) is kept when an interrupted stage is resumed."""
     from transformers import AutoTokenizer
 
     from ...train import distill
 
-    folder = out / "heads" / f"{arm}-s{seed}"
     model = _model(s)
     tok = AutoTokenizer.from_pretrained(model)
     train = _prompts(s, "train")
-    val = _prompts(s, "validation")[: s["distill"]["validation_prompts"]]
     d = s["distill"]
-    summaries = {}
+    val = _prompts(s, "validation")[: d["validation_prompts"]]
+    loss, beta = loss_of(arm, point["jsd_beta"])
+    out = {}
     for pole in pw.POLES:
-        cfg = distill.DistillConfig(model=model, out=str(folder / pole), loss=arm, top_k=d["top_k"],
+        cfg = distill.DistillConfig(model=model, out=str(folder / pole), loss=loss, beta=beta, top_k=d["top_k"],
                                     lora_rank=d["lora_rank"], lora_alpha=d["lora_alpha"],
-                                    learning_rate=d["lr"], steps=d["steps"], batch=d["batch"],
+                                    learning_rate=point["lr"], steps=point["steps"], batch=d["batch"],
                                     max_new_tokens=s["generate"]["max_tokens"], save_every=d["save_every"],
-                                    seed=seed, teacher_temperature=d["teacher_temperature"], device=_device())
+                                    seed=seed, teacher_temperature=d["teacher_temperature"], device=_device(),
+                                    temperature=point["temperature"],
+                                    student_sample_fraction=point["student_sample_fraction"])
         done = read_json(folder / pole / "manifest.json") if (folder / pole / "manifest.json").is_file() else {}
-        if done.get("status") == "complete" and done.get("settings") == distill.manifest_settings(cfg):
-            summaries[pole] = {k: done[k] for k in SUMMARY}
-            continue  # a head finished before an interruption is kept
-        summaries[pole] = distill.train(cfg, [R.chat_prompt(tok, p.text) for p in train],
-                                        [R.chat_prompt(tok, p.text, pw.CARDS[pole]) for p in train],
-                                        select_fn=_validation_scorer(tok, pole, val, s["generate"]["max_tokens"]),
-                                        progress=False)
-    heads = {p: folder / p / "adapter" for p in pw.POLES}
+        if not (done.get("status") == "complete" and done.get("settings") == distill.manifest_settings(cfg)):
+            distill.train(cfg, [R.chat_prompt(tok, p.text) for p in train],
+                          [R.chat_prompt(tok, p.text, pw.CARDS[pole]) for p in train],
+                          select_fn=_validation_scorer(tok, pole, val, s["generate"]["max_tokens"]), progress=False)
+        out[pole] = head_record(folder / pole)
+    return out
+
+
+def stage_heads(out: Path, s: dict, arm: str, seed: int) -> dict:
+    """The four pole heads of one arm and seed under the arm's recipe (the sweep's pick when the scale
+    has ``distill.sweep``, else the scale's own), then the pairs' mixes."""
+    from .sweep import check_picked, chosen, refuse_cap
+
+    refuse_cap(out, s)
+    if "sweep" in s["distill"]:
+        check_picked(out, s)
+    point = chosen(out)[arm] if "sweep" in s["distill"] else recipe(s)
+    point = {k: point[k] for k in SWEPT}
+    folder = out / "heads" / f"{arm}-s{seed}"
+    heads = train_poles(folder, s, arm, seed, point)
+    model = _model(s)
     for pair in PAIRS:
-        adapters.save_mix(model, heads, dict(zip(pw.POLES, RECIPES[pair])), folder / f"mix_{pair}")
-    return {"heads": summaries}
+        adapters.save_mix(model, {p: folder / p / "adapter" for p in pw.POLES}, dict(zip(pw.POLES, RECIPES[pair])),
+                          folder / f"mix_{pair}")
+    return {"recipe": point, "heads": heads}
 
 
 # ---------------------------------------------------------------- generation

@@ -176,20 +176,24 @@ def style_rate(pole: str, texts, n_steps=None) -> float:
     return sum(shows_pole(pole, t, n) for t, n in zip(texts, ns, strict=True)) / len(texts)
 
 
-def head_trained(loss_curve, style_rate: float, threshold: float = 0.9, *, window: int = 5) -> bool:
-    """Issue 22's criterion: a head counts as trained when its loss falls — the mean of its last
-    ``window`` logged losses below the mean of its first ``window`` (at most a quarter of the curve
-    each, at least one step) — and it shows its style on at least ``threshold`` of the validation
-    prompts (``style_rate``, e.g. :func:`style_rate` of its greedy validation answers). A curve with
-    a missing or non-finite loss, or shorter than two steps, has not been shown to fall."""
+def loss_falls(loss_curve, window: int = 5) -> bool:
+    """Whether a loss curve falls: the mean of its last ``window`` logged losses below the mean of its
+    first ``window`` (at most a quarter of the curve each, at least one step). A curve with a missing
+    or non-finite loss, or shorter than two steps, has not been shown to fall."""
     import math
 
     xs = [None if x is None else float(x) for x in loss_curve]
     if len(xs) < 2 or any(x is None or not math.isfinite(x) for x in xs):
         return False
     w = max(1, min(int(window), len(xs) // 4))
-    falls = sum(xs[-w:]) / w < sum(xs[:w]) / w
-    return bool(falls and style_rate >= threshold)
+    return bool(sum(xs[-w:]) / w < sum(xs[:w]) / w)
+
+
+def head_trained(loss_curve, style_rate: float, threshold: float = 0.9, *, window: int = 5) -> bool:
+    """Issue 22's criterion: a head counts as trained when its loss falls (:func:`loss_falls`) and it
+    shows its style on at least ``threshold`` of the validation prompts (``style_rate``, e.g.
+    :func:`style_rate` of its greedy validation answers)."""
+    return bool(loss_falls(loss_curve, window) and style_rate >= threshold)
 
 
 def pole_match(pole: str, text: str, n_steps: int) -> float:
