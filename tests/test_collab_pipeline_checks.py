@@ -68,3 +68,6 @@ def test_the_models_stage_validates_records_and_stops_by_the_scale_s_key(tmp_pat
                                       "file": "validation.json"}
     assert {m: (out / "models" / m / "card.json").stat().st_mtime_ns for m in cards} == cards
     assert json.loads((out / "models" / "validation.json").read_text()) == rec
+@pytest.mark.parametrize("scale, stops", [("smoke", False), ("cpu", False), ("h200-ordered", True), ("h200", False)])
+def test_each_shipped_scale_says_whether_an_unordered_pool_stops_the_run(scale, stops):
+    assert pipeline.stop_if_unordered(pipeline.load_scale(scale)) is stops

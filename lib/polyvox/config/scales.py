@@ -254,6 +254,8 @@ class CollabModels(Strict):
     batch: Pos
     lr: Rate
     sizes: CollabSizes
+    # a failed size ordering on the validation split stops the run (polyvox.studies.collab.pipeline; default false)
+    stop_if_unordered: bool = None  # type: ignore[assignment]
 
 
 class CollabPD(Strict):
