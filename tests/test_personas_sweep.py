@@ -151,3 +151,14 @@ def test_the_cap_stage_measures_tiny_chat_and_a_short_cap_is_refused_before_the_
     with pytest.raises(ValueError, match=r"generate.max_tokens 24 is below the 99th percentile") as e:
         pipeline.run(out, path, ("sweep", "heads"))
     assert "\n" not in str(e.value) and not (out / "sweep").exists() and not (out / "heads").exists()
+
+
+def test_heads_without_a_measured_cap_or_a_pick_are_refused_before_anything_is_written(tmp_path):
+    s = _smoke()
+    with pytest.raises(ValueError, match=r"cap\.json: missing: the scale 'smoke' measures its generation cap first"):
+        pipeline.check(tmp_path / "a", s, ("heads",))
+    del s["distill"]["cap"]
+    with pytest.raises(ValueError, match=r"chosen\.json: missing: run the sweep stage before the heads"):
+        pipeline.check(tmp_path / "b", s, ("heads", "generate"))
+    pipeline.check(tmp_path / "c", s, ("sweep", "heads"))  # the sweep runs first in the same run
+    assert not any(tmp_path.iterdir())

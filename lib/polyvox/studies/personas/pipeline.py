@@ -49,7 +49,7 @@ from . import router as R  # noqa: F401 - the chapters read R.chat_prompt throug
 from .judging import BY, comparisons, make_judge, rubric_judge, stage_judge  # noqa: F401 - public names
 from .steps import (PAIRS, RECIPES, REMEDY, SYSTEMS, _prompts, check_recipe, grid, recipe, remedy_scale,  # noqa: F401
                     stage_generate, stage_heads, stage_router, stage_systems, units)
-from .sweep import cap_refusal, point_folder, stage_cap, stage_chosen, stage_point
+from .sweep import cap_refusal, check_picked, point_folder, stage_cap, stage_chosen, stage_point
 
 STAGES = ("router", "cap", "sweep", "heads", "generate", "systems", "judge")
 RUN_ONLY = ("generate.threads",)  # scale keys that change no output: a rerun may change them
@@ -138,11 +138,18 @@ def pipeline(out: str | Path, s: dict) -> stages.Pipeline:
             judge.check_out(out / "judge")
 
     def recipe_and_cap(todo) -> None:  # issue 22: a tempered loss over the whole vocabulary; a cap that fits
-        if {"sweep", "heads"} & set(todo):
+        todo, d = set(todo), s["distill"]
+        if {"sweep", "heads"} & todo:
             check_recipe(s)
-        line = cap_refusal(out, s) if {"sweep", "heads", "generate"} & set(todo) else None
-        if line:
-            raise ValueError(line)
+        if {"sweep", "heads", "generate"} & todo and "cap" in d:
+            if "cap" not in todo and not (out / "cap" / "cap.json").is_file():
+                raise ValueError(f"{out / 'cap' / 'cap.json'}: missing: the scale {s['name']!r} measures its "
+                                 "generation cap first (run the cap stage)")
+            line = cap_refusal(out, s)
+            if line:
+                raise ValueError(line)
+        if "heads" in todo and "sweep" in d and "sweep" not in todo:
+            check_picked(out, s)
 
     def threads() -> None:  # every process that runs a stage (the launcher's workers too)
         import torch

@@ -2,7 +2,15 @@
 
 Each function does one stage's work into its folder and returns the fields its record adds (or
 None); the stage's record (settings, inputs, status, seconds) is the pipeline's to write
-(:class:`polyvox.stages.Pipeline`). See :mod:`.pipeline` for the layout.
+(:class:`polyvox.stages.Pipeline`). See :mod:`.pipeline` for the layout; the cap and sweep stages
+(issue 22) are in :mod:`.sweep`.
+
+A head's recipe (:func:`recipe`, :func:`grid`): learning rate, steps and the remedy for the reverse
+KL's vanishing first-token gradient (:mod:`polyvox.train.distill_losses`): the loss temperature τ,
+GKD's generalized JSD(β) (:func:`loss_of`: the reverse arm at β, the forward arm at its mirror
+1 − β) and GKD's student-sample fraction λ (Agarwal et al., 2024, "On-Policy Distillation of Language
+Models: Learning from Self-Generated Mistakes", arXiv:2306.13649). Both arms take the same remedy
+fields, so a scale's arms differ only in direction; the sweep then tunes each arm on validation.
 """
 from __future__ import annotations
 
