@@ -97,6 +97,7 @@ def test_pipeline_smoke_end_to_end_and_resume(tmp_path, root):
     assert cap["fits"] and cap["cap"] >= cap["p99"] and set(cap["types"]) == set(pw.TYPES)
     chosen = json.loads((out / "sweep" / "chosen" / "chosen.json").read_text())
     assert set(chosen) == {"forward", "reverse"} and {c["temperature"] for c in chosen.values()} <= {1.0, 2.0}
+    assert all(c["seed"] == 1 for c in chosen.values())  # the sweep's heads are not the test heads (seed 0)
     table = [json.loads(x) for x in (out / "sweep" / "chosen" / "sweep.jsonl").read_text().splitlines()]
     assert len(table) == 2 * 2 * len(pw.POLES) and sum(r["chosen"] for r in table) == 2 * len(pw.POLES)
     for arm in ("forward", "reverse"):
@@ -104,7 +105,8 @@ def test_pipeline_smoke_end_to_end_and_resume(tmp_path, root):
         assert record["recipe"] == {k: chosen[arm][k] for k in record["recipe"]}
         assert record["settings"]["parameterisation"] == PARAMETERISATION
         for pole in pw.POLES:
-            log = [json.loads(x) for x in (out / "heads" / f"{arm}-s0" / pole / "train_log.jsonl").read_text().splitlines()]
+            log = [json.loads(x) for x in (out / "heads" / f"{arm}-s0" / pole / "train_log.jsonl").read_text()
+                   .splitlines()]
             assert len(log) == 2 and all(r["loss"] is not None and r["grad_norm"] > 0 for r in log)
             head = record["heads"][pole]
             assert head["loss_first"] == log[0]["loss"] and head["style_rate"] == log[-1]["validation_style"]

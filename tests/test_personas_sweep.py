@@ -162,3 +162,12 @@ def test_heads_without_a_measured_cap_or_a_pick_are_refused_before_anything_is_w
         pipeline.check(tmp_path / "b", s, ("heads", "generate"))
     pipeline.check(tmp_path / "c", s, ("sweep", "heads"))  # the sweep runs first in the same run
     assert not any(tmp_path.iterdir())
+
+
+def test_the_sweep_seed_is_never_a_test_seed():
+    s = _smoke()
+    assert steps.sweep_seed(s) == max(s["arms"]["seeds"]) + 1
+    s["distill"]["sweep"] = {**s["distill"]["sweep"], "seed": s["arms"]["seeds"][0]}
+    with pytest.raises(ValueError, match=r"distill.sweep.seed 0 is one of arms.seeds"):
+        steps.check_recipe(s)
+    assert steps.sweep_seed(pipeline.load_scale("h200-v2")) not in pipeline.load_scale("h200-v2")["arms"]["seeds"]

@@ -117,7 +117,7 @@ class PersonasSweep(Strict):
     jsd_beta: Annotated[list[Prob | None], Field(min_length=1, description="a non-empty list of numbers in "
                                                  "[0, 1] or null (the plain KLs)")] = None  # type: ignore[assignment]
     student_sample_fraction: _Probs = None  # type: ignore[assignment]
-    seed: Seed = None  # type: ignore[assignment] - the sweep heads' seed; default: the first of arms.seeds
+    seed: Seed = None  # type: ignore[assignment] - the sweep heads' seed, never a test seed; default: max(arms.seeds) + 1
 
     @field_validator("lr", "steps", "temperature", "jsd_beta", "student_sample_fraction")
     @classmethod

@@ -147,7 +147,9 @@ def grid(s: dict) -> list[dict]:
 
 
 def sweep_seed(s: dict) -> int:
-    return (s["distill"].get("sweep") or {}).get("seed", s["arms"]["seeds"][0])
+    """The sweep heads' seed: ``distill.sweep.seed``, by default one past the largest test seed. Never a test
+    seed (:func:`check_recipe`): a test head is not the head its arm's recipe was picked on."""
+    return (s["distill"].get("sweep") or {}).get("seed", max(s["arms"]["seeds"]) + 1)
 
 
 def loss_of(arm: str, jsd_beta: float | None) -> tuple[str, float | None]:
@@ -162,9 +164,13 @@ def loss_of(arm: str, jsd_beta: float | None) -> tuple[str, float | None]:
 
 
 def check_recipe(s: dict) -> None:
-    """Refuse (one line) a loss temperature τ > 1 — the recipe's or the sweep's — with ``top_k`` below the
-    model's vocabulary (read from its local config.json): the ``rest`` atom then lets a tempered student
-    flatten its first token (:mod:`polyvox.train.distill_losses`)."""
+    """Refuse (one line) a sweep seed among the test seeds (:func:`sweep_seed`), and a loss temperature
+    τ > 1 — the recipe's or the sweep's — with ``top_k`` below the model's vocabulary (read from its
+    local config.json): the ``rest`` atom then lets a tempered student flatten its first token
+    (:mod:`polyvox.train.distill_losses`)."""
+    if "sweep" in s["distill"] and sweep_seed(s) in s["arms"]["seeds"]:
+        raise ValueError(f"scale {s['name']!r}: distill.sweep.seed {sweep_seed(s)} is one of arms.seeds: the test "
+                         "heads must not be the heads their recipe was picked on; choose another seed")
     taus = {p["temperature"] for p in grid(s)}
     config = Path(_model(s)) / "config.json"
     vocab = json.loads(config.read_text()).get("vocab_size") if config.is_file() else None

@@ -14,7 +14,7 @@ Stages (run by :mod:`.pipeline` when the scale's ``distill`` section has ``cap``
   one line (:func:`cap_refusal`) before any stage that generates with the cap runs.
 - ``sweep/<arm>-<i>/`` (:func:`stage_point`): point ``i`` of :func:`.steps.grid` (learning rate ×
   steps × the remedy's parameters) for one arm: the four pole heads trained on the train users'
-  prompts with seed ``distill.sweep.seed`` (default: the first of ``arms.seeds``), each selected and
+  prompts with seed ``distill.sweep.seed`` (never a test seed; default: one past the largest), each selected and
   scored on the validation users' prompts only (never the test split): style rate, validation score
   and issue 22's trained rule (:func:`.steps.head_record`).
 - ``sweep/chosen/`` (:func:`stage_chosen`): per arm, the point picked on validation (:func:`pick`);
