@@ -166,7 +166,7 @@ def _personas(root: Path) -> list[Finding]:
 
 
 def _collab(root: Path) -> list[Finding]:
-    from ..studies.collab import analysis as A
+    from ..studies.collab import verdicts as V
 
     data = root / "data"
     pub = json.loads((data / "collab" / "published.json").read_text())
@@ -184,17 +184,13 @@ def _collab(root: Path) -> list[Finding]:
                        f"recounted from the log's rows: {n_correct} of {n_rows} = {acc:.2f}% (Δ {d:+.3f} points, "
                        f"tolerance {PP_TOL} points); but {first} of the {n_correct} correct rows were scored from the "
                        "first tentative answer", "book/collab/audit"))
-    run_dir, models_dir = data / "runs" / "collab-h200", data / "models" / "collab-h200"
-    runs = A.load(run_dir / "eval")
-    systems = {k: v for k, v in {**runs, **A.derived_systems(runs)}.items() if not k.startswith("sample-")}
-    sc = A.scores(systems, A.cost_weights(models_dir))
-    singles = [k for k in ("solo-small", "solo-mid", "solo-big") if k in sc]
-    best = max(singles, key=lambda k: sc[k].correct.mean())
-    t = A.paired(sc, "cl", best)
-    out.append(Finding("collab", "A collaborating pool beats a single model", "miniature only",
-                       f"CL against the most accurate single agent (`{best}`): {t['diff (points)']:+.1f} points at "
-                       f"{t['cost ratio A/B']:.2f}× the weighted cost, exact McNemar {A.p_text(t['p'])} at α = "
-                       f"{A.ALPHA}: {t['verdict']}", "book/collab/miniature"))
+    # the miniature's row: the chapter's own verdicts (studies/collab/verdicts.py), with their conditions — the
+    # size ordering (the pool-vs-single comparison is refused when it fails), Holm across the chapter's family,
+    # minimum detectable effects and the power a 5-point difference needs
+    rec = V.recorded(data / "runs" / "collab-h200", data / "models" / "collab-h200")
+    fam = V.chapter_family(rec)
+    claim, detail = V.finding(rec, fam, V.power(fam))
+    out.append(Finding("collab", claim, "miniature only", detail, "book/collab/miniature"))
     return out
 
 
