@@ -74,7 +74,7 @@ class JudgeSettings:
     head_dim: int = 32
     max_positions: int = 512
     batch: int = 16
-    steps: int = 300
+    steps: int = 200
     lr: float = 3e-3
     seed: int = 0
     device: str = "cpu"
@@ -280,6 +280,9 @@ def train(out: str | Path, settings: JudgeSettings | None = None, progress: bool
         tmp = staging / "manifest.json.tmp"
         tmp.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
         os.replace(tmp, staging / "manifest.json")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(staging, 0o777 & ~umask)  # mkdtemp made it private; the model folder reads as any folder
         if out.is_dir():
             out.rmdir()  # empty (checked above); a folder filled meanwhile makes this fail, and nothing is replaced
         os.rename(staging, out)
