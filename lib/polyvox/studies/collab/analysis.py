@@ -17,7 +17,7 @@
   records; :func:`provenance` reads each arm's manifest (commit, device, versions) beside
   the weights its models carry (:func:`arm_weights`, from the pipeline's own wiring).
 - :func:`ordering_check` (solo accuracy rises with size) and :func:`pool_vs_single` (refused unless it
-  does); :func:`holm` and :func:`family` (Holm, minimum detectable effects); :func:`mcnemar_n` (Connor 1987).
+  does); :func:`holm`, :func:`family`, :func:`mcnemar_n` (Connor 1987); the chapter's verdicts: :mod:`.verdicts`.
 """
 from __future__ import annotations
 
