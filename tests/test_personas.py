@@ -92,9 +92,7 @@ def test_pipeline_smoke_end_to_end_and_resume(tmp_path, root):
     rows = [json.loads(x) for x in (out / "systems" / "forward-s0.jsonl").read_text().splitlines()]
     assert rows and set(rows[0]["responses"]) == set(pipeline.SYSTEMS)
     assert (out / "heads" / "reverse-s0" / "mix_warm+thorough" / "adapter_model.safetensors").exists()
-    # issue 22: the cap measured and met, the sweep per arm on validation, the test heads on the pick
-    cap = json.loads((out / "cap" / "cap.json").read_text())
-    assert cap["fits"] and cap["cap"] >= cap["p99"] and set(cap["types"]) == set(pw.TYPES)
+    # issue 22: the sweep per arm on validation, the test heads on the pick (the cap: tests/test_personas_sweep.py)
     chosen = json.loads((out / "sweep" / "chosen" / "chosen.json").read_text())
     assert set(chosen) == {"forward", "reverse"} and {c["temperature"] for c in chosen.values()} <= {1.0, 2.0}
     assert all(c["seed"] == 1 for c in chosen.values())  # the sweep's heads are not the test heads (seed 0)

@@ -21,6 +21,9 @@ def _smoke(**distill) -> dict:
     return s
 
 
+CAP = {"prompts": 8, "ceiling": 160}  # the smoke scale measures no cap (configs/personas/smoke.yaml says why)
+
+
 def test_grid_is_the_product_of_the_swept_axes_in_order():
     s = _smoke(sweep={"lr": [1.0e-3, 2.0e-3], "temperature": [1.0, 2.0, 3.0]}, jsd_beta=0.5)
     g = steps.grid(s)
@@ -75,7 +78,8 @@ def _cap_file(out, summary):
 
 
 def test_cap_refusal_names_the_field_and_the_percentile(tmp_path):
-    s = _smoke()
+    s = _smoke(cap=CAP)
+    s["generate"]["max_tokens"] = 112
     _cap_file(tmp_path, sweep.cap_summary({"warm+thorough": [(100, True)] * 100}, 112, 160))
     assert sweep.cap_refusal(tmp_path, s) is None
     s["generate"]["max_tokens"] = 64
@@ -83,7 +87,8 @@ def test_cap_refusal_names_the_field_and_the_percentile(tmp_path):
     assert "generate.max_tokens 64 is below the 99th percentile (100 tokens)" in line and "\n" not in line
     cut = tmp_path / "cut"
     _cap_file(cut, sweep.cap_summary({"thorough": [(160, False)] * 2 + [(50, True)] * 98}, 200, 160))
-    assert "raise distill.cap.ceiling" in sweep.cap_refusal(cut, _smoke())
+    assert "raise distill.cap.ceiling" in sweep.cap_refusal(cut, s)
+    assert sweep.cap_refusal(cut, _smoke()) is None  # a scale without distill.cap measures nothing
     legacy = pipeline.load_scale("h200")  # no distill.cap: not measured, nothing refused
     assert sweep.cap_refusal(tmp_path, legacy) is None
 
@@ -105,7 +110,7 @@ def test_stage_settings_carry_the_parameterisation_and_the_remedy_but_not_for_th
     h200 = pipeline.load_scale("h200")
     assert set(_settings(h200, "/x/heads/forward-s0")) == {"scale", "model", "world", "distill", "arm", "seed"}
     assert not [st for st in pipeline._stages(pipeline.Path("/x"), h200) if st.name in ("cap", "sweep")]
-    s = _smoke()
+    s = _smoke(cap=CAP)
     got = _settings(s, "/x/heads/reverse-s0")
     assert got["parameterisation"] == PARAMETERISATION
     assert got["remedy"] == {"temperature": 1.0, "jsd_beta": None, "student_sample_fraction": 0.0}
@@ -151,10 +156,16 @@ def test_the_cap_stage_measures_tiny_chat_and_a_short_cap_is_refused_before_the_
     with pytest.raises(ValueError, match=r"generate.max_tokens 24 is below the 99th percentile") as e:
         pipeline.run(out, path, ("sweep", "heads"))
     assert "\n" not in str(e.value) and not (out / "sweep").exists() and not (out / "heads").exists()
+    raw["generate"]["max_tokens"] = cap["p99"]  # at the percentile: it fits, and the sweep may run
+    path.write_text(yaml.safe_dump(raw))
+    pipeline.run(tmp_path / "fits", path, ("cap",))
+    fits = json.loads((tmp_path / "fits" / "cap" / "cap.json").read_text())
+    assert fits["fits"] and fits["p99"] == cap["p99"] and fits["types"][fits["longest"]]["cap_hit_rate"] <= 0.01
+    pipeline.check(tmp_path / "fits", pipeline.load_scale(path), ("sweep", "heads"))
 
 
 def test_heads_without_a_measured_cap_or_a_pick_are_refused_before_anything_is_written(tmp_path):
-    s = _smoke()
+    s = _smoke(cap=CAP)
     with pytest.raises(ValueError, match=r"cap\.json: missing: the scale 'smoke' measures its generation cap first"):
         pipeline.check(tmp_path / "a", s, ("heads",))
     del s["distill"]["cap"]

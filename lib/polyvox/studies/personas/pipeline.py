@@ -6,10 +6,11 @@ systems → judge (cap and sweep only for a scale whose ``distill`` names them: 
 complete under the same settings and inputs is skipped, one whose upstream stage was retrained
 runs again). The root's kind is ``personas pipeline`` (``<out>/manifest.json``); a run recorded
 before the root manifest is recognised by its copy of the scale, ``<out>/scale.yaml``, which is
-checked against the scale. Scales are ``configs/personas/<scale>.yaml`` (``smoke``: seconds,
-plumbing only; ``h200``: the recorded runs, one H200; ``cpu``: the same recipe on a CPU; ``full``:
-the study's scale, documented, not run here), read by :func:`load_scale` for the command and the
-chapters. The stages' work is in :mod:`.steps` and :mod:`.judging`.
+checked against the scale. Scales are ``configs/personas/<scale>.yaml`` (``smoke``: about a minute,
+plumbing only, issue 22's stages at toy size; ``h200``: the recorded runs, one H200; ``cpu``: the
+same recipe on a CPU; ``h200-v2``: issue 22's run — cap, sweep, five seeds per arm — for one H200;
+``full``: the study's scale, documented, not run here), read by :func:`load_scale` for the command
+and the chapters. The stages' work is in :mod:`.steps`, :mod:`.sweep` and :mod:`.judging`.
 
 - ``router/``: features of the base model (:func:`.router.features`), the MLP, its test picks
   (``test_pred.jsonl``: prob, selected, label) and ``metrics.json`` (per-axis accuracy, confusion).
