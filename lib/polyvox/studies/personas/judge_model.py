@@ -21,8 +21,11 @@ is :func:`polyvox.train.pretrain.train_loop`'s algorithm (AdamW β 0.9/0.95, wei
 then cosine to zero, clipping at 1.0, bf16 autocast on GPU) written out here to log every step: the loss
 and the share of verdict tokens the model ranks first in the batch (``verdict_acc``).
 
-Sizes are :class:`JudgeSettings` presets (:data:`SIZES`): ``smoke`` trains on CPU in about a minute for the
-tests; ``h200`` is the GPU size. The folder is written under a temporary name and renamed when complete
+Sizes are :class:`JudgeSettings` presets (:data:`SIZES`): ``smoke`` trains on CPU for the tests (200 steps,
+about 50 s of CPU time; 87-280 s of wall time measured on a shared two-core machine) and learns the reply's
+format but not the verdict — it answers one letter whatever it is shown, stuck at the label prior (loss
+ln 3 / 4 per reply token) through 1,500 steps too; ``h200`` is the GPU size, not yet trained (its data and
+one CPU step checked). The folder is written under a temporary name and renamed when complete
 (weights, tokenizer, ``manifest.json``: settings, data digest, label counts, per-step train log), so a
 killed run leaves no half folder under the name; a folder already complete is never overwritten.
 
@@ -100,9 +103,10 @@ class JudgeSettings:
 
 
 SIZES = {
-    # CPU, about a minute on two cores: the tests' size; it learns the format, and its verdicts mean little
+    # CPU, ~50 s of CPU time: the tests' size; it learns the reply's format, not the verdict (see above)
     "smoke": JudgeSettings(),
-    # one GPU: 1,000 training users (1,600 in all) × 8 prompts × 4 pairs, both orders (64,000 examples)
+    # one GPU: 1,136 training users (of 1,600) × 8 prompts × 4 pairs, both orders (72,704 examples, ≤ 330
+    # tokens); held out: the 24 test users of the chapter's 128 × 8 prompts × 2 pairs (384 pairs)
     "h200": JudgeSettings(size="h200", n_users=1600, per_user=8, pairs_per_prompt=4, vocab_size=1200, hidden=256,
                           layers=6, head_dim=64, batch=64, steps=4000, lr=1e-3, device="cuda",
                           held_per_user=8, held_pairs_per_prompt=2),
@@ -154,12 +158,13 @@ def data(s: JudgeSettings) -> tuple[list[D.JudgePair], list[D.JudgePair]]:
 
 def encode(tok, examples: list[tuple[str, str]], max_positions: int) -> list[tuple[list[int], int]]:
     """(token ids of prompt + reply + eos, prompt length) per example, as the served model sees them."""
+    heads = [tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
+             for prompt, _ in examples]
+    heads_ids = tok(heads, add_special_tokens=False)["input_ids"]  # batched: one call each
+    full_ids = tok([h + reply + tok.eos_token for h, (_, reply) in zip(heads, examples)],
+                   add_special_tokens=False)["input_ids"]
     rows = []
-    for prompt, reply in examples:
-        head = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                       add_generation_prompt=True)
-        p_ids = tok(head, add_special_tokens=False)["input_ids"]
-        f_ids = tok(head + reply + tok.eos_token, add_special_tokens=False)["input_ids"]
+    for p_ids, f_ids in zip(heads_ids, full_ids):
         if f_ids[:len(p_ids)] != p_ids:
             raise RuntimeError("judge tokenizer: the reply changes the prompt's tokens")
         if len(f_ids) > max_positions:
