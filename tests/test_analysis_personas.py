@@ -55,3 +55,20 @@ def test_head_to_head_and_restricted_views_on_the_recorded_run():
              for v in ("trained", "uncut", "cut")}
     assert views["uncut"]["n"].iloc[0] + views["cut"]["n"].iloc[0] == h2h["n"].iloc[0]
     assert views["trained"]["n"].iloc[0] <= h2h["n"].iloc[0]
+
+
+def test_view_keep_and_rates_text():
+    o = pd.DataFrame({"prompt_id": ["a", "b", "c"], "preference": ["warm", "concise", "warm+concise"],
+                      "router_pick": ["none", "warm", "concise"]})
+    heads = pd.DataFrame([{"arm": a, "seed": 0, "head": p, "trained": not (a == "reverse" and p == "thorough")}
+                          for a in ("forward", "reverse") for p in ("warm", "impersonal", "concise", "thorough")])
+    trunc = pd.DataFrame({"arm": ["reverse"], "seed": [0], "system": ["oracle_head"], "prompt_id": ["b"],
+                          "truncated": [True]})
+    arms = ("forward", "reverse")
+    keep = lambda view, system="oracle_head": A.view_keep(o, heads, trunc, system, 0, arms, view).tolist()  # noqa: E731
+    assert keep("raw") == [True, True, True]
+    assert keep("trained") == [True, True, False]  # a mix needs all four heads; reverse thorough did not train
+    assert keep("trained", "router_head") == [False, True, True]  # by the router's pick; 'none' is left out
+    assert keep("uncut") == [True, False, True] and keep("cut") == [False, True, False]
+    # an empty view's rate is None: written as a dash, never formatted as a number (the chapter's old TypeError)
+    assert A.rates_text([None, 41.96, float("nan")]) == "—/42/—"

@@ -27,7 +27,7 @@ import pandas as pd
 
 TOL = 0.5e-4  # print precision of the chapters' comparison tables (4 decimals)
 PP_TOL = 0.005  # percentage points: Part III's recount of a rate published to two decimals
-WIN_TOL = 0.05  # Part II: win-rate distance from 50% within which forward and reverse are "indistinguishable"
+PERSONAS_LOSS_DROP = 0.5  # Part II: the chapter's default loss rule for a run without recorded trained flags
 
 STATUSES = ("reproduced", "differs", "withdrawn", "published only", "miniature only", "not computed")
 STUDIES = {
@@ -132,36 +132,37 @@ def _withdrawn(root: Path) -> list[Finding]:
 
 
 def _personas(root: Path) -> list[Finding]:
+    """Part II: the published run21 row, and the forward-vs-reverse row computed by the chapter's own functions
+    (:mod:`polyvox.studies.personas.verdicts`): the same heads rule, family, Holm and answer, so the row claims an
+    answer only when the chapter's computed verdict gives one."""
     import yaml
 
     from ..studies.personas import analysis as A
+    from ..studies.personas import issue22 as I
+    from ..studies.personas import pipeline
+    from ..studies.personas import verdicts as V
 
     run = root / "data" / "runs" / "personas-h200"
     published = yaml.safe_load((root / "data" / "personas" / "run21_published.yaml").read_text())
     out = [Finding("personas", f"run21 (forward KL): router heads' win rates, {published['test_prompts']} test prompts, "
                    "LLM judge", "published only", "transcribed from the study's README; per-prompt verdicts were not "
                    "released, and the miniature's numbers are not comparable with them", "book/personas/persona_basis")]
-    tallies = json.loads((run / "judge" / "tallies.json").read_text())
-    by_name = {t["name"]: t for t in tallies}
-    scale = yaml.safe_load((run / "scale.yaml").read_text())
-    heads = A.convergence(A.head_training(run, scale["arms"]["losses"], scale["arms"]["seeds"]), loss_drop=0.5)
+    s = pipeline.load_scale(run / "scale.yaml")
+    arms, seeds = s["arms"]["losses"], s["arms"]["seeds"]
+    if "reverse" not in arms or "forward" not in arms:
+        return out
+    has = I.form(run, arms, seeds)
+    heads = V.run_heads(run, arms, seeds, has, PERSONAS_LOSS_DROP)
+    fam = V.chapter_family(run, heads, A.truncation(run, arms, seeds), seeds, arms, pipeline.rubric_judge())
+    ans = V.answers(fam, recorded=has["trained"])
     failed = {a: (int((~g["trained"]).sum()), len(g)) for a, g in heads.groupby("arm")}
-    failed_text = ", ".join(f"{n} of {m} {a}" for a, (n, m) in failed.items())
-    for system in ("router_head", "oracle_head"):
-        rows = [t["overall"] for name, t in sorted(by_name.items())
-                if name.endswith(f": reverse {system} vs forward {system}")]
-        if not rows:
-            continue
-        cat, sentence = A.verdict([r["win_rate"] for r in rows], [r["ci_low"] for r in rows],
-                                  [r["ci_high"] for r in rows], WIN_TOL)
-        out.append(Finding("personas", f"run22 (reverse KL) against run21 (forward KL), `{system}` — asked by the "
-                           "study, never run", "miniature only",
-                           f"raw head-to-head over {len(rows)} seeds: {sentence} (tolerance ±{100 * WIN_TOL:.0f} "
-                           f"points); heads that did not train (the chapter's loss rule, loss_drop 0.5): {failed_text}"
-                           + ("; where one arm's heads failed, the raw verdict is confounded with optimisation — the "
-                              "chapter reads it only on heads that trained in both arms"
-                              if any(n for n, _ in failed.values()) else ""),
-                           "book/personas/persona_basis"))
+    missing = I.missing_line(run, has)
+    out.append(Finding("personas", "run22 (reverse KL) against run21 (forward KL) — asked by the study, never run",
+                       "miniature only",
+                       V.answer_line(ans) + " " + V.family_line(fam) + " Heads that did not train ("
+                       + ("as recorded" if has["trained"] else f"the chapter's loss rule, loss_drop {PERSONAS_LOSS_DROP}")
+                       + "): " + ", ".join(f"{n} of {m} {a}" for a, (n, m) in failed.items()) + "."
+                       + (f" {missing}" if missing else ""), "book/personas/persona_basis"))
     return out
 
 
@@ -282,7 +283,8 @@ def overview(root: Path) -> str:
         f"2. **Persona LoRA heads mixed by a router and judged pairwise** (Part II): {PUBLISHED['personas']}, its README "
         f"as read on {personas_read}. Four LoRA heads distilled from a persona-prompted teacher, mixed exactly by rank "
         "concatenation, picked by a router and judged pairwise in both orders; the study's published tables beside a "
-        "miniature that answers the question it left open, forward against reverse KL.",
+        "miniature that asks the question it left open, forward against reverse KL (whether it answers: the findings "
+        "below).",
         f"3. **Sliced models collaborating by hand-offs** (Part III): {PUBLISHED['collab']}, read at commit "
         f"`{commit[:7]}`. A pool of models ({', '.join(sorted(cl_weights, key=cl_weights.get)[:-1])}) passes a task "
         "state by hand-offs; the study's published table, a miniature with accuracy *and* cost against every "

@@ -14,6 +14,7 @@
 - :func:`with_correctness`: those outcomes with whether each side's answer has the right number;
 - :func:`verdict`: the forward-vs-reverse verdict with a tolerance, as a category and a sentence;
   a seed whose comparison is all ties is reported as uninformative, not counted as "no difference".
+Issue 22's records: :mod:`.issue22`; the family, Holm, power and the answer: :mod:`.verdicts`.
 """
 from __future__ import annotations
 
@@ -285,21 +286,37 @@ def head_to_head(run: str | Path, tallies: dict, seeds, judge_, n_boot: int,
     return pd.DataFrame(rows)
 
 
-def restricted_view(run: str | Path, heads: pd.DataFrame, trunc: pd.DataFrame, system: str, seeds, arms, judge_,
-                    n_boot: int, view: str = "trained") -> pd.DataFrame:
-    """Reverse against forward on a subset of prompts, per seed: ``trained`` — types whose heads all
-    trained in both arms (a mix needs all four heads; ``router_head``: the router's pick must be such a
-    type); ``uncut`` — prompts where neither side hit the cap; ``cut`` — prompts where either did."""
-    rows = []
+def view_keep(o: pd.DataFrame, heads: pd.DataFrame, trunc: pd.DataFrame, system: str, seed: int, arms,
+              view: str) -> pd.Series:
+    """Which prompts of a seed's reverse-vs-forward outcomes ``o`` a view keeps: ``raw`` — all; ``trained`` —
+    types whose heads all trained in both arms (a mix needs all four heads; ``router_head``: the router's pick
+    must be such a type); ``uncut`` — neither side hit the cap; ``cut`` — either did."""
+    if view == "raw":
+        return pd.Series(True, index=o.index)
+    if view == "trained":
+        ok = comparable_types(heads, seed, arms=arms, strict=True)
+        return o["preference" if system == "oracle_head" else "router_pick"].isin(ok)
+    cut = cut_prompts(trunc, "reverse", seed, system) | cut_prompts(trunc, "forward", seed, system)
+    return ~o["prompt_id"].isin(cut) if view == "uncut" else o["prompt_id"].isin(cut)
+
+
+def view_frames(run: str | Path, heads: pd.DataFrame, trunc: pd.DataFrame, system: str, seeds, arms, judge_,
+                view: str) -> list[pd.DataFrame]:
+    """Per seed, the reverse-vs-forward outcomes of ``system`` that ``view`` keeps (:func:`view_keep`)."""
+    out = []
     for sd in seeds:
         o = outcomes(run, f"systems/reverse-s{sd}.jsonl:{system}", f"systems/forward-s{sd}.jsonl:{system}", judge_)
+        out.append(o[view_keep(o, heads, trunc, system, sd, arms, view)])
+    return out
+
+
+def restricted_view(run: str | Path, heads: pd.DataFrame, trunc: pd.DataFrame, system: str, seeds, arms, judge_,
+                    n_boot: int, view: str = "trained") -> pd.DataFrame:
+    """Reverse against forward on a subset of prompts (:func:`view_keep`), per seed."""
+    rows = []
+    for sd, o in zip(seeds, view_frames(run, heads, trunc, system, seeds, arms, judge_, view)):
         ok = comparable_types(heads, sd, arms=arms, strict=True)
-        if view == "trained":
-            keep = o["preference" if system == "oracle_head" else "router_pick"].isin(ok)
-        else:
-            cut = cut_prompts(trunc, "reverse", sd, system) | cut_prompts(trunc, "forward", sd, system)
-            keep = ~o["prompt_id"].isin(cut) if view == "uncut" else o["prompt_id"].isin(cut)
-        sm = summarize(o[keep], n_boot, groups="user")
+        sm = summarize(o, n_boot, groups="user")
         rows.append({"system": system, "seed": sd, "types": (", ".join(ok) or "none") if view == "trained" else "all",
                      "n": sm["n"], "users": sm["clusters"], "W": sm["W"], "T": sm["T"], "L": sm["L"],
                      "reverse wins %": None if sm["win_rate"] is None else round(100 * sm["win_rate"], 1),
@@ -307,6 +324,11 @@ def restricted_view(run: str | Path, heads: pd.DataFrame, trunc: pd.DataFrame, s
                      ("all ties" if sm["W"] + sm["L"] == 0 else f"[{100 * sm['ci_low']:.0f}, {100 * sm['ci_high']:.0f}]"),
                      "_wr": sm["win_rate"], "_lo": sm["ci_low"], "_hi": sm["ci_high"], "_dec": sm["W"] + sm["L"]})
     return pd.DataFrame(rows)
+
+
+def rates_text(values) -> str:
+    """Win rates in percent joined by '/', '—' for a seed without prompts (a view that kept none)."""
+    return "/".join("—" if v is None or v != v else f"{v:.0f}" for v in values)
 
 
 HIDDEN = ["_wr", "_lo", "_hi", "_dec"]

@@ -1,0 +1,192 @@
+"""What a personas run of issue 22's form records beside the shipped run's, read for the Part II chapter.
+
+A run of the new form (a scale whose ``distill`` names ``cap`` / ``sweep``, :mod:`.sweep`) has:
+
+- ``cap/cap.json``: the teacher's answer lengths per persona type, the longest type's 99th
+  percentile and the cap-hit rates at the scale's ``generate.max_tokens`` (:func:`cap_table`);
+- ``sweep/chosen/sweep.jsonl`` and ``chosen.json``: the validation sweep per arm and its pick
+  (:func:`sweep_table`, :func:`picks`);
+- per head, in its arm-seed's stage record (``heads/<arm>-s<seed>/manifest.json``), ``loss_falls``,
+  ``style_rate`` and ``trained`` (:func:`.world.head_trained` at :data:`.steps.TRAINED_AT`), and
+  in its step log the gradient norms and the first response token's max p (:func:`recorded_trained`,
+  :func:`gradient_evidence`).
+
+:func:`form` says which of these a run has and :func:`missing_line` says, in one computed line, what a
+run of the old form (the shipped ``data/runs/personas-h200``) lacks. :func:`refusals` lists the heads
+not trained in both arms: the chapter refuses the forward-vs-reverse comparison for them.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from ...records import read_jsonl
+from . import world as pw
+
+RECORDS = {"cap": "measurement of the generation cap (cap/cap.json)",
+           "sweep": "validation sweep (sweep/chosen/)",
+           "trained": "per-head trained flags (issue 22's rule) in the heads' stage records",
+           "gradients": "per-step gradient norms in the heads' step logs"}
+
+
+def _manifest(run: Path, arm: str, seed: int) -> dict:
+    return json.loads((Path(run) / "heads" / f"{arm}-s{seed}" / "manifest.json").read_text())
+
+
+def form(run: str | Path, arms, seeds) -> dict[str, bool]:
+    """Which of :data:`RECORDS` the run has (``trained`` / ``gradients``: every test head has them)."""
+    run = Path(run)
+    heads = [(_manifest(run, a, s).get("heads", {}), a, s) for a in arms for s in seeds]
+    logs = [run / "heads" / f"{a}-s{s}" / p / "train_log.jsonl" for a in arms for s in seeds for p in pw.POLES]
+    return {"cap": (run / "cap" / "cap.json").is_file(),
+            "sweep": (run / "sweep" / "chosen" / "chosen.json").is_file(),
+            "trained": all(p in h and "trained" in h[p] for h, _, _ in heads for p in pw.POLES),
+            "gradients": all(f.is_file() and "first_token_grad_norm" in (read_jsonl(f)[:1] or [{}])[0] for f in logs)}
+
+
+def missing_line(run: str | Path, has: dict[str, bool]) -> str | None:
+    """One line naming the records of :data:`RECORDS` the run does not have (None: it has them all)."""
+    missing = [RECORDS[k] for k, v in has.items() if not v]
+    if not missing:
+        return None
+    return (f"Run `{Path(run).name}` has no {'; no '.join(missing)}: those records do not exist for this run "
+            f"({len(missing)} of issue 22's {len(RECORDS)} records missing); the views that need them are shown only "
+            "for runs that have them, and this run is read as it was recorded.")
+
+
+def cap_table(run: str | Path) -> tuple[dict, pd.DataFrame]:
+    """``cap/cap.json`` and one row per persona type: answers measured, 99th percentile, max, mean, cap-hit rate."""
+    c = json.loads((Path(run) / "cap" / "cap.json").read_text())
+    rows = [{"type": t, "answers": v["n"], "p99 tokens": v["p99"], "max tokens": v["max"], "mean tokens": v["mean"],
+             "cap-hit rate": v["cap_hit_rate"]} for t, v in c["types"].items()]
+    return c, pd.DataFrame(rows)
+
+
+def cap_line(c: dict) -> str:
+    """The cap's check in words, from ``cap.json``."""
+    fits = c["cap"] >= c["p99"]
+    return (f"Teacher answers measured up to {c['ceiling']} tokens: the longest persona type is **{c['longest']}**, "
+            f"99th percentile **{c['p99']} tokens**; the generation cap is **{c['cap']} tokens**, "
+            f"{'above' if c['cap'] > c['p99'] else 'at' if fits else '**below**'} it. At the cap "
+            f"{100 * c['cap_hit_rate']:.2f}% of all measured answers are cut; "
+            f"{100 * c['ceiling_hit_rate']:.2f}% reached the measurement's own ceiling.")
+
+
+SWEEP_KEYS = ("lr", "steps", "temperature", "jsd_beta", "student_sample_fraction")
+
+
+def sweep_table(run: str | Path) -> pd.DataFrame:
+    """One row per arm and sweep point: the recipe, heads trained (of the four poles), mean validation style
+    rate, the median first-token gradient norm over its heads, and whether the arm picked it."""
+    df = pd.DataFrame(read_jsonl(Path(run) / "sweep" / "chosen" / "sweep.jsonl"))
+    df["jsd_beta"] = df["jsd_beta"].astype(object).where(df["jsd_beta"].notna(), "—")
+    g = df.groupby(["arm", "point", *SWEEP_KEYS], sort=False, dropna=False)
+    out = g.agg(**{"heads trained": ("trained", "sum"), "poles": ("pole", "size"),
+                   "mean style rate": ("style_rate", "mean"),
+                   "first-token grad norm (median)": ("first_token_grad_norm_median", "median"),
+                   "chosen": ("chosen", "first")}).reset_index()
+    out["heads trained"] = out["heads trained"].astype(int).astype(str) + " of " + out["poles"].astype(str)
+    return out.drop(columns="poles")
+
+
+def picks(run: str | Path) -> pd.DataFrame:
+    """Per arm, the sweep's pick (``chosen.json``): the recipe and its validation result."""
+    c = json.loads((Path(run) / "sweep" / "chosen" / "chosen.json").read_text())
+    return pd.DataFrame([{"arm": a, **{k: v.get(k) for k in SWEEP_KEYS}, "sweep seed": v["seed"],
+                          "heads trained": v["trained"], "mean style rate": v["style_rate"],
+                          "validation score": v["validation_score"]} for a, v in c.items()])
+
+
+def picks_line(p: pd.DataFrame) -> str:
+    """The per-arm recipe in words (learning rate, steps, loss temperature), from :func:`picks`."""
+    return "; ".join(f"{r['arm']}: lr {r['lr']:g}, {r['steps']} steps, loss temperature {r['temperature']:g}"
+                     + (f", JSD β {r['jsd_beta']:g}" if r["jsd_beta"] is not None else "")
+                     + f" ({r['heads trained']} of {len(pw.POLES)} sweep heads trained)" for _, r in p.iterrows())
+
+
+def recorded_trained(run: str | Path, arms, seeds) -> pd.DataFrame:
+    """One row per test head from its arm-seed's stage record: first and last loss, whether the loss falls,
+    the validation style rate of the selected checkpoint and ``trained`` (issue 22's rule, as recorded)."""
+    rows = []
+    for arm in arms:
+        for seed in seeds:
+            h = _manifest(Path(run), arm, seed)["heads"]
+            rows += [{"arm": arm, "seed": seed, "head": p, "loss, first step": h[p]["loss_first"],
+                      "loss, last step": h[p]["loss_last"], "loss falls": bool(h[p]["loss_falls"]),
+                      "validation style rate": h[p]["style_rate"], "trained": bool(h[p]["trained"])}
+                     for p in pw.POLES]
+    return pd.DataFrame(rows)
+
+
+def with_recorded(heads: pd.DataFrame, recorded: pd.DataFrame) -> pd.DataFrame:
+    """:func:`.analysis.head_training`'s table with ``trained`` taken from the records (not a rule of the chapter's)."""
+    flags = recorded.set_index(["arm", "seed", "head"])["trained"]
+    out = heads.copy()
+    out["trained"] = [bool(flags[(a, s, h)]) for a, s, h in zip(out["arm"], out["seed"], out["head"])]
+    return out
+
+
+def refusals(heads: pd.DataFrame, arms=("forward", "reverse")) -> pd.DataFrame:
+    """Per seed and pole whose head did not train in every arm: the arms where it did not (the chapter refuses the
+    forward-vs-reverse comparison for it)."""
+    rows = []
+    for (seed, head), g in heads[heads["arm"].isin(arms)].groupby(["seed", "head"]):
+        bad = sorted(g.loc[~g["trained"].astype(bool), "arm"])
+        if bad:
+            rows.append({"seed": seed, "head": head, "not trained in": ", ".join(bad)})
+    return pd.DataFrame(rows, columns=["seed", "head", "not trained in"])
+
+
+def refusal_line(ref: pd.DataFrame, heads: pd.DataFrame, rule: str = "as recorded") -> str:
+    """The refusal in words, computed from :func:`refusals`; ``rule``: how "trained" was decided."""
+    pairs = heads.groupby(["seed", "head"]).ngroups
+    if len(ref) == 0:
+        return f"Every head trained in both arms ({rule}; {pairs} seed-pole pairs): no comparison is refused."
+    items = "; ".join(f"`{r['head']}` in seed {r['seed']} (not trained: {r['not trained in']})"
+                      for _, r in ref.iterrows())
+    return (f"**Forward vs reverse refused** for {len(ref)} of {pairs} seed-pole pairs whose head did not train "
+            f"in both arms ({rule}): {items}. Every type that needs such a head (a mix needs all four) is left out of the comparison.")
+
+
+def gradient_evidence(run: str | Path, arms, seeds) -> pd.DataFrame:
+    """Per source (the test heads; each sweep loss temperature) and arm: medians over every logged step of every
+    head of the first response token's max p under the student, the gradient norm at that token's logits and
+    the LoRA gradient norm (issue 22: reverse KL's gradient vanishes at a near one-hot student)."""
+    run = Path(run)
+    rows = []
+
+    def add(source, arm, folder):
+        for p in pw.POLES:
+            f = folder / p / "train_log.jsonl"
+            if f.is_file():
+                rows.extend({"source": source, "arm": arm, **r} for r in read_jsonl(f))
+
+    for arm in arms:
+        for seed in seeds:
+            add("test heads", arm, run / "heads" / f"{arm}-s{seed}")
+    if (run / "sweep" / "chosen" / "sweep.jsonl").is_file():
+        rows_ = read_jsonl(run / "sweep" / "chosen" / "sweep.jsonl")
+        points = {(r["arm"], r["point"]): r["temperature"] for r in rows_}
+        for (arm, i), tau in sorted(points.items()):
+            add(f"sweep, loss temperature {tau:g}", arm, run / "sweep" / f"{arm}-{i}")
+    df = pd.DataFrame(rows)
+    if df.empty or "first_token_grad_norm" not in df:
+        return pd.DataFrame()
+    g = df.groupby(["source", "arm"], sort=False)
+    return g.agg(**{"steps logged": ("step", "size"), "first-token max p (median)": ("first_token_max_p", "median"),
+                    "first-token grad norm (median)": ("first_token_grad_norm", "median"),
+                    "LoRA grad norm (median)": ("grad_norm", "median")}).reset_index()
+
+
+def gradient_line(ev: pd.DataFrame) -> str:
+    """The first-token gradient of each arm on the test heads, in words."""
+    t = ev[ev["source"] == "test heads"].set_index("arm")
+    parts = [f"{a}: max p {r['first-token max p (median)']:.4f}, first-token gradient norm "
+             f"{r['first-token grad norm (median)']:.2g}" for a, r in t.iterrows()]
+    ratio = ""
+    if {"forward", "reverse"} <= set(t.index) and t.loc["reverse", "first-token grad norm (median)"] > 0:
+        r = t.loc["forward", "first-token grad norm (median)"] / t.loc["reverse", "first-token grad norm (median)"]
+        ratio = f"; forward's is {r:,.0f} × reverse's" if r >= 10 else f"; forward's is {r:.2g} × reverse's"
+    return "Test heads, medians over every logged step — " + "; ".join(parts) + ratio + "."

@@ -1,0 +1,314 @@
+"""Part II's statistics (issue 22 item 5): pooled tests over seeds that resample users, Holm across the chapter's
+family, each null's minimum detectable effect, a power analysis from a recorded pilot, and the answer to the
+study's question only when the numbers give one.
+
+The unit. A comparison's outcome per prompt scores 1 (A wins in both orders), ½ (tie) or 0; its win rate
+is the mean. Seeds vary the heads; every seed answers the same test users' prompts (one test set), so seeds
+and users are *crossed*, and a user's prompts are not independent (the same user's cues).
+
+- :func:`pooled`: the win rate pooled over seeds (every prompt of every seed counted once), its 95 %
+  interval by the pigeonhole bootstrap for crossed designs (Owen 2007, *The pigeonhole bootstrap*, Ann.
+  Appl. Stat. 1(2): seeds and users each drawn with replacement, independently; a replicate is the ratio
+  of the drawn cells' scores to their prompts, so it lies in [0, 1]; conservative), the bootstrap's
+  standard error and a two-sided Wald p value for 50 % from it (p = 1 when the replicates do not vary);
+- :func:`family`: Holm's step-down correction (:func:`polyvox.studies.world.inference.holm`) over the
+  rows the chapter states a verdict for, and each row's minimum detectable effect at Holm's strictest level
+  α/m with 80 % power: (z_{1−α/(2m)} + z_{0.8}) · se, at most 50 points;
+- :func:`components`, :func:`design`: the pilot's variance components (two-way random-effects ANOVA on the
+  seed × user table of cell means, method of moments, floored at 0): Var(pooled rate) = σ_seed²/S +
+  σ_user²/U + σ_res²/(S·U) for S seeds and U test users of ``per_user`` prompts each; power of the two-sided
+  z test for a difference ``effect`` from 50 %; the fewest seeds (at least :data:`MIN_SEEDS`) for which some
+  number of users reaches the power, then the fewest users (a design-effect calculation: users, not
+  prompts, are the unit that shrinks σ_user²);
+- :func:`answer`: the study's question (forward vs reverse) is answered for a system only when its
+  primary view has prompts, at least :data:`MIN_SEEDS` seeds, and either Holm rejects 50 % (the side is
+  the answer) or the null's MDE is at most :data:`EFFECT` (no difference of that size); otherwise it is
+  not answered, and the sentence says why.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from ...judge.tallies import SCORE
+from ..world.inference import holm, z_sum
+
+ALPHA, POWER, EFFECT, MIN_SEEDS = 0.05, 0.8, 0.10, 3  # issue 22: 10 points at 80 % power, at least 3 seeds per arm
+N_BOOT = 2000  # bootstrap replicates (the chapter's default; findings uses the same, so the same numbers)
+MAIN = (("router_head vs router_persona", "router heads vs persona prompting (same pick)"),  # each arm's main
+        ("router_head vs base", "router heads vs base"),  # comparisons (chapter section 6), in the family
+        ("oracle_head vs oracle_persona", "true-label heads vs persona prompting"),
+        ("oracle_head vs base", "true-label heads vs base"))
+
+
+# ---------------------------------------------------------------- pooled over seeds, resampling users
+
+def cells(frames) -> tuple[np.ndarray, np.ndarray, list]:
+    """Per seed (one outcomes frame each, with ``user`` and ``outcome``) and user: the sum of scores and the
+    number of scored prompts (S × U arrays), and the users in column order."""
+    scored = [f[f["outcome"].isin(list(SCORE))] for f in frames]
+    users = sorted({u for f in scored for u in f["user"]}, key=str)
+    col = {u: j for j, u in enumerate(users)}
+    sums, counts = np.zeros((len(frames), len(users))), np.zeros((len(frames), len(users)))
+    for i, f in enumerate(scored):
+        for u, o in zip(f["user"], f["outcome"]):
+            sums[i, col[u]] += SCORE[o]
+            counts[i, col[u]] += 1
+    return sums, counts, users
+
+
+def pigeonhole(sums: np.ndarray, counts: np.ndarray, n_boot: int, seed: int = 0) -> np.ndarray:
+    """Replicates of Σ scores / Σ prompts with seeds (rows) and users (columns) drawn with replacement,
+    independently; a replicate whose drawn cells hold no prompt is dropped."""
+    rng = np.random.default_rng(seed)
+    s, u = sums.shape
+    w = np.stack([np.bincount(r, minlength=s) for r in rng.integers(0, s, (n_boot, s))]).astype(float)
+    v = np.stack([np.bincount(r, minlength=u) for r in rng.integers(0, u, (n_boot, u))]).astype(float)
+    num, den = np.einsum("bs,su,bu->b", w, sums, v), np.einsum("bs,su,bu->b", w, counts, v)
+    return num[den > 0] / den[den > 0]
+
+
+def pooled(frames, n_boot: int = N_BOOT, seed: int = 0, level: float = 0.95) -> dict:
+    """Win rate pooled over seeds, its pigeonhole interval, standard error and Wald p for 50 %."""
+    sums, counts, users = cells(frames)
+    n = int(counts.sum())
+    out = {"n": n, "seeds": len(frames), "users": len(users),
+           "decisive": int(sum(f["outcome"].isin(["W", "L"]).sum() for f in frames))}
+    if n == 0:
+        return {**out, "win_rate": None, "ci_low": None, "ci_high": None, "se": None, "p": None}
+    wr = float(sums.sum() / n)
+    reps = pigeonhole(sums, counts, n_boot, seed)
+    lo, hi = np.quantile(reps, [(1 - level) / 2, (1 + level) / 2])
+    se = float(reps.std(ddof=1)) if len(reps) > 1 else 0.0
+    p = 1.0 if se <= 1e-12 else float(2 * stats.norm.sf(abs(wr - 0.5) / se))
+    return {**out, "win_rate": wr, "ci_low": float(lo), "ci_high": float(hi), "se": se, "p": p}
+
+
+def mde(se, m: int = 1, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The smallest departure from 50 % the two-sided test at α/m detects with ``power``: z_sum · se, at most
+    0.5; nan without variation (se 0 or missing)."""
+    if se is None or not se > 1e-12:
+        return float("nan")
+    return float(min(0.5, z_sum(alpha / m, power) * se))
+
+
+def family(rows: pd.DataFrame, alpha: float = ALPHA, power: float = POWER) -> pd.DataFrame:
+    """Holm over the rows with a p value (``p``; rows without one — no prompts — stay outside the family and
+    are marked so): ``p (Holm)``, ``rejected`` at ``alpha`` and each row's MDE at α/m (m: the family's size)."""
+    out = rows.copy()
+    tested = out["p"].notna()
+    m = int(tested.sum())
+    out["p (Holm)"] = np.nan
+    if m:
+        out.loc[tested, "p (Holm)"] = holm(out.loc[tested, "p"].astype(float).to_numpy())
+    out["rejected"] = out["p (Holm)"] < alpha
+    out["MDE"] = [mde(se, max(m, 1), alpha, power) for se in out["se"]]
+    out.attrs.update(m=m, alpha=alpha, power=power)
+    return out
+
+
+def family_line(fam: pd.DataFrame) -> str:
+    m, a = fam.attrs["m"], fam.attrs["alpha"]
+    rej = fam[fam["rejected"]]
+    mdes = fam["MDE"].dropna()
+    return (f"Family: the **{m}** comparisons whose verdict the chapter states (a comparison left without prompts "
+            f"stays outside it). Holm at α = {a:g} (strictest step α/m = {a / max(m, 1):.4f}) rejects 50 % for "
+            f"**{len(rej)}** of them" + (f" ({', '.join(rej['comparison'])})" if len(rej) else "")
+            + (f"; the nulls' minimum detectable effects at α/m with {fam.attrs['power']:.0%} power run from "
+               f"{100 * mdes.min():.1f} to {100 * mdes.max():.1f} points." if len(mdes) else "."))
+
+
+# ---------------------------------------------------------------- the pilot and the design
+
+@dataclass(frozen=True)
+class Components:
+    """Variance components of one seed-user cell's mean score (``per_user`` prompts), from a pilot."""
+    seed: float
+    user: float
+    residual: float
+    per_user: int
+    pilot_seeds: int
+    pilot_users: int
+
+    def se(self, seeds: int, users: int) -> float:
+        return math.sqrt(self.seed / seeds + self.user / users + self.residual / (seeds * users))
+
+
+def components(sums: np.ndarray, counts: np.ndarray) -> Components | None:
+    """Method-of-moments components from a complete S × U pilot table (every cell the same number of prompts);
+    None with fewer than 2 seeds or 2 users (the seed or user component is then not estimable)."""
+    s, u = sums.shape
+    if s < 2 or u < 2 or counts.min() <= 0 or counts.min() != counts.max():
+        return None
+    z = sums / counts
+    g, r, c = z.mean(), z.mean(axis=1), z.mean(axis=0)
+    ms_seed = u * ((r - g) ** 2).sum() / (s - 1)
+    ms_user = s * ((c - g) ** 2).sum() / (u - 1)
+    ms_res = ((z - r[:, None] - c[None, :] + g) ** 2).sum() / ((s - 1) * (u - 1))
+    return Components(max(0.0, (ms_seed - ms_res) / u), max(0.0, (ms_user - ms_res) / s), float(ms_res),
+                      int(counts[0, 0]), s, u)
+
+
+def power(comp: Components, seeds: int, users: int, effect: float = EFFECT, alpha: float = ALPHA) -> float:
+    """Power of the two-sided z test at ``alpha`` when the win rate departs from 50 % by ``effect``."""
+    se = comp.se(seeds, users)
+    if se == 0:
+        return 1.0
+    z = stats.norm.ppf(1 - alpha / 2)
+    return float(stats.norm.cdf(effect / se - z) + stats.norm.cdf(-effect / se - z))
+
+
+def design(comp: Components, effect: float = EFFECT, alpha: float = ALPHA, target: float = POWER,
+           min_seeds: int = MIN_SEEDS, max_seeds: int = 200, max_users: int = 1_000_000) -> dict:
+    """The fewest seeds ≥ ``min_seeds`` for which some number of users ≤ ``max_users`` reaches ``target`` power,
+    then the fewest users; ``seeds`` None when no design searched does."""
+    for s in range(min_seeds, max_seeds + 1):
+        if power(comp, s, max_users, effect, alpha) < target:
+            continue
+        lo, hi = 1, max_users
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if power(comp, s, mid, effect, alpha) >= target else (mid + 1, hi)
+        return {"seeds": s, "users": lo, "prompts": lo * comp.per_user, "power": power(comp, s, lo, effect, alpha)}
+    return {"seeds": None, "users": None, "prompts": None, "power": None}
+
+
+def design_line(name: str, comp: Components | None, m: int, effect: float = EFFECT) -> str:
+    """The pilot's components and the design at α = 0.05 and at Holm's strictest level α/m, in words."""
+    if comp is None:
+        return (f"{name}: no power analysis — the pilot needs at least 2 seeds and 2 test users with every seed "
+                "answering every prompt, to estimate the seed and user components.")
+    if comp.se(1, 1) == 0:
+        return f"{name}: no power analysis — the pilot's outcomes do not vary (every prompt of every seed the same)."
+    at = []
+    for a in (ALPHA, ALPHA / max(m, 1)):
+        d = design(comp, effect, a)
+        at.append(f"at α = {a:.4g}: " + (f"**{d['seeds']} seeds per arm and {d['prompts']} test prompts** "
+                                          f"({d['users']} users × {comp.per_user})" if d["seeds"] else
+                                          "no design up to 200 seeds"))
+    now = power(comp, comp.pilot_seeds, comp.pilot_users, effect, ALPHA / max(m, 1))
+    return (f"{name}: pilot {comp.pilot_seeds} seeds × {comp.pilot_users} users × {comp.per_user} prompts; "
+            f"standard deviations of a seed-user cell's mean score — seed {math.sqrt(comp.seed):.3f}, user "
+            f"{math.sqrt(comp.user):.3f}, residual {math.sqrt(comp.residual):.3f}. To detect {100 * effect:.0f} points "
+            f"from 50 % with {POWER:.0%} power: " + "; ".join(at)
+            + f". The pilot's own design has {now:.0%} power at α/m.")
+
+
+# ---------------------------------------------------------------- the answer
+
+def answer(row: dict | pd.Series, effect: float = EFFECT, min_seeds: int = MIN_SEEDS,
+           recorded: bool = True) -> tuple[str, str]:
+    """(category, sentence) for one system's primary forward-vs-reverse row of :func:`family` (reverse's side):
+    ``reverse`` / ``forward`` (Holm rejects 50 %), ``none`` (not rejected and MDE ≤ ``effect``), else
+    ``unanswered`` with the reason. ``recorded``: whether "trained" comes from the run's records (issue 22's
+    rule: the loss falls *and* the head shows its style on ≥ 90 % of validation prompts); a run without them
+    (its heads read by a loss-only rule, which never checks that a head shows its style) is not answered.
+    The MDE is computed from the observed variance, ties included; the sentence names the non-tie prompts."""
+    n, seeds = int(row["n"]), int(row["seeds"])
+    if not recorded:
+        return "unanswered", ("not answered: this run records no trained flags by issue 22's rule (loss falls and "
+                              "style on ≥ 90 % of validation prompts); a loss-only rule does not show that a head "
+                              "shows its style")
+    if n == 0:
+        return "unanswered", "not answered: no prompt is left once heads not trained in both arms are refused"
+    if seeds < min_seeds:
+        return "unanswered", (f"not answered: {seeds} seed{'s' if seeds != 1 else ''} per arm "
+                              f"(at least {min_seeds} needed)")
+    wr, p = float(row["win_rate"]), float(row["p (Holm)"])
+    dec = f"{int(row['decisive'])} of {n} prompts not ties" if "decisive" in row else f"{n} prompts"
+    if row["rejected"]:
+        side = "reverse" if wr > 0.5 else "forward"
+        return side, f"**{side} KL better**: reverse wins {100 * wr:.1f}% (Holm p = {p:.3g}; {dec}, {seeds} seeds)"
+    mde_ = row["MDE"]
+    if mde_ == mde_ and mde_ <= effect:
+        return "none", (f"**no difference of {100 * effect:.0f} points or more**: reverse wins {100 * wr:.1f}%, "
+                        f"Holm p = {p:.3g} ({dec}), and the test could detect {100 * mde_:.1f} points")
+    why = "the replicates do not vary (all ties)" if mde_ != mde_ else f"its MDE is {100 * mde_:.1f} points"
+    return "unanswered", (f"not answered: reverse wins {100 * wr:.1f}% (Holm p = {p:.3g}; {dec}) but a null here "
+                          f"says little — {why}, above the {100 * effect:.0f} points the question needs")
+
+
+# ---------------------------------------------------------------- the chapter's family, from the records
+
+VIEWS = ("raw", "trained", "uncut")  # the forward-vs-reverse views whose verdict the chapter states
+PRIMARY = "trained"  # the view that answers: heads trained in both arms (the others are refused there)
+
+
+def chapter_family(run, heads: pd.DataFrame, trunc: pd.DataFrame, seeds, arms, judge_, main=MAIN, n_boot: int = N_BOOT,
+                   systems=("router_head", "oracle_head")) -> pd.DataFrame:
+    """The chapter's family, one row per comparison it states a verdict for: reverse against forward per system
+    in each of :data:`VIEWS` (:func:`.analysis.view_frames`), and each arm's ``main`` comparisons (``(comparison,
+    label)``, e.g. ``("router_head vs base", "router heads vs base")``), every row pooled over seeds
+    (:func:`pooled`), then :func:`family`. ``attrs['pilot']``: per system, the raw view's seed × user table."""
+    from . import analysis as A
+
+    rows, pilot = [], {}
+    for system in systems:
+        if not (Path(run) / "systems" / f"reverse-s{seeds[0]}.jsonl").is_file() or "reverse" not in arms:
+            break
+        for view in VIEWS:
+            frames = A.view_frames(run, heads, trunc, system, seeds, arms, judge_, view)
+            if view == "raw":
+                pilot[system] = cells(frames)[:2]
+            rows.append({"comparison": f"reverse vs forward, {system}, {view}", "kind": "forward vs reverse",
+                         "system": system, "view": view, **pooled(frames, n_boot)})
+    for comp, label in main:
+        a, b = comp.split(" vs ")
+        for arm in arms:
+            frames = [A.outcomes(run, f"systems/{arm}-s{sd}.jsonl:{a}", f"systems/{arm}-s{sd}.jsonl:{b}", judge_)
+                      for sd in seeds]
+            rows.append({"comparison": f"{arm}: {label}", "kind": "within an arm", "system": a, "view": "raw",
+                         **pooled(frames, n_boot)})
+    fam = family(pd.DataFrame(rows))
+    fam.attrs["pilot"] = pilot
+    return fam
+
+
+def family_table(fam: pd.DataFrame) -> pd.DataFrame:
+    """The family for display: win rate, pooled interval, p, Holm p, rejected, MDE (points)."""
+    t = fam[["comparison", "n", "seeds", "users"]].copy()
+    t["win rate %"] = [None if w is None else round(100 * w, 1) for w in fam["win_rate"]]
+    t["95% CI (seeds × users)"] = ["" if w is None else f"[{100 * lo:.0f}, {100 * hi:.0f}]"
+                                   for w, lo, hi in zip(fam["win_rate"], fam["ci_low"], fam["ci_high"])]
+    t["p"], t["p (Holm)"], t["rejected"] = fam["p"], fam["p (Holm)"], fam["rejected"]
+    t["MDE (points)"] = (100 * fam["MDE"]).round(1)
+    return t
+
+
+def answers(fam: pd.DataFrame, recorded: bool, effect: float = EFFECT) -> dict[str, tuple[str, str]]:
+    """Per system, :func:`answer` on its :data:`PRIMARY` row (``recorded``: the run's trained flags are issue 22's)."""
+    prim = fam[(fam["kind"] == "forward vs reverse") & (fam["view"] == PRIMARY)]
+    return {r["system"]: answer(r, effect, recorded=recorded) for _, r in prim.iterrows()}
+
+
+def answer_line(ans: dict[str, tuple[str, str]]) -> str:
+    """The study's question in one computed sentence: answered only where :func:`answer` gives a category."""
+    got = {s: c for s, (c, _) in ans.items() if c != "unanswered"}
+    head = ("**The miniature answers the study's question**" if got and len(got) == len(ans) else
+            "**The miniature answers the study's question only in part**" if got else
+            "**The miniature does not answer the study's question**")
+    texts = {t for _, t in ans.values()}
+    body = (f"{' and '.join(ans)}: {texts.pop()}" if len(texts) == 1 and len(ans) > 1 else
+            "; ".join(f"{s}: {t}" for s, (_, t) in ans.items()))
+    return head + " (forward vs reverse top-k KL, on heads trained in both arms): " + body + "."
+
+
+def pilot_lines(fam: pd.DataFrame) -> list[str]:
+    """:func:`design_line` per system, from the raw head-to-head of the run as a pilot."""
+    m = fam.attrs["m"]
+    return [design_line(f"{s}, reverse vs forward", components(*t), m) for s, t in fam.attrs["pilot"].items()]
+
+
+def run_heads(run, arms, seeds, has: dict, loss_drop: float) -> pd.DataFrame:
+    """The chapter's head table: :func:`.analysis.head_training` with ``trained`` from the run's records where it
+    has them (:func:`.issue22.with_recorded`), else by the loss rule (:func:`.analysis.convergence`)."""
+    from . import analysis as A
+    from . import issue22 as I
+
+    heads = A.convergence(A.head_training(run, arms, seeds), loss_drop=loss_drop)
+    return I.with_recorded(heads, I.recorded_trained(run, arms, seeds)) if has["trained"] else heads
