@@ -157,14 +157,16 @@ def test_personas_validation_scorer_samples_and_grades_through_runs(monkeypatch,
     class Model:
         device = "cpu"
 
-    score = steps._validation_scorer(Tok(), "warm", val, 16)(Model(), 0)
+    score = steps._validation_scorer(Tok(), "warm", val, 16)(Model(), 0)  # {score, style}
     assert spy == {"sample_texts": 1, "grade_completions": 1}
     assert [r.seed for r in seen] == [runs.sample_seed(0, p.id, 0) for p in val]
     assert [r.prompt for r in seen] == [steps.R.chat_prompt(Tok(), p.text) for p in val]
     want = sum(pw.pole_match("warm", f"Hello! The answer is {p.problem.answer if i % 2 else 0}.",
                              len(p.problem.steps)) + (i % 2 == 1 or str(p.problem.answer) == "0")
                for i, p in enumerate(val)) / len(val)
-    assert score == pytest.approx(want)
+    assert score["score"] == pytest.approx(want)
+    texts = [f"Hello! The answer is {p.problem.answer if i % 2 else 0}." for i, p in enumerate(val)]
+    assert score["style"] == pw.style_rate("warm", texts, [len(p.problem.steps) for p in val])
 
 
 def test_personas_card_check_samples_and_grades_through_runs(monkeypatch, spy):
