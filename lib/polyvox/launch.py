@@ -1,7 +1,7 @@
 """Many runs at once: a study pipeline's stages run K at a time on each GPU of one host.
 
-Parts II–IV run grids of small independent runs (RL seeds × arms, heads × seeds), each of which
-uses a sliver of an H200. The launcher runs them concurrently:
+Parts II–IV run grids of small independent runs (RL seeds × arms, heads × seeds), each using a sliver
+of an H200: the launcher runs them concurrently.
 
 Algorithm. The jobs are a :class:`polyvox.stages.Pipeline`'s stages, one folder each; a job waits
 for the jobs whose folders it reads (:meth:`~polyvox.stages.Pipeline.graph`). Each job runs in a
@@ -26,6 +26,7 @@ goes to ``launch/rank-<r>/<job>.log`` under the run folder.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import hashlib
 import json
 import os
@@ -89,7 +90,6 @@ def visible_gpus() -> list[str] | None:
         return ids or None
     try:
         import torch
-
         n = torch.cuda.device_count()
     except Exception:  # noqa: BLE001 - no CUDA build: the CPU
         return None
@@ -117,8 +117,7 @@ def run_jobs(jobs: list[Job], where: Placement, logs: Path, *, done: Callable[[s
     comes from ``done(name)`` (complete on disk) and ``others()`` (name → status of other ranks' finished
     jobs), so a job whose input failed elsewhere is skipped. ``report`` receives the results after each
     change (the rank's status file). Results come back in the order of ``jobs``."""
-    names = [j.name for j in jobs]
-    if len(set(names)) != len(names):
+    if len({j.name for j in jobs}) != len(jobs):
         raise ValueError("job names must be unique")
     mine = list(jobs)
     results: dict[str, JobResult] = {}
@@ -255,10 +254,7 @@ def _launch(pipeline, todo, factory, kwargs, where: Placement, progress: bool) -
         _barrier(dist)
         _gather(dist, results)
         return {r.name: r.seconds for r in results}
-    finally:
-        # gloo's threads must be joined before the interpreter exits: a rank that leaves with its group
-        # alive aborts ("terminate called without an active exception", SIGABRT) and torchrun then stops
-        # the other ranks
+    finally:  # a rank that exits with its gloo group alive aborts (SIGABRT) and torchrun stops the rest
         if dist is not None and dist.is_initialized():
             dist.destroy_process_group()
 
@@ -341,8 +337,6 @@ def _group(where: Placement):
     """torch.distributed's default group over the ranks (gloo: it runs on CPU too), None for one rank."""
     if where.world == 1:
         return None
-    import datetime
-
     import torch.distributed as dist
 
     if not dist.is_initialized():  # a grid may run for hours between its two barriers
@@ -355,7 +349,7 @@ def _barrier(dist) -> None:
 
 
 def _gather(dist, results: list[JobResult]) -> list[JobResult]:
-    if dist is None:
+    if dist is None:  # one rank
         return results
     everything: list = [None] * dist.get_world_size()
     dist.all_gather_object(everything, [asdict(r) for r in results])
@@ -365,17 +359,12 @@ def _gather(dist, results: list[JobResult]) -> list[JobResult]:
 def _worker(spec_text: str) -> int:
     """One job: rebuild the pipeline from its factory and run the one stage (see :func:`worker_argv`)."""
     import importlib
-
     spec = json.loads(spec_text)
     module, _, name = spec["factory"].partition(":")
     pipeline = getattr(importlib.import_module(module), name)(**spec["kwargs"])
     seconds = pipeline.run_stage(spec["folder"])
     print(f"{spec['folder']}: done ({seconds} s)", flush=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_worker(sys.argv[1]))
 
 
 def gpu_list(text: str) -> list[str]:
@@ -405,3 +394,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--mps", action="store_true",
                         help="with --parallel: share each GPU through CUDA's Multi-Process Service (kernels of "
                              "several workers at once, instead of taking turns)")
+
+
+if __name__ == "__main__":
+    sys.exit(_worker(sys.argv[1]))
