@@ -244,3 +244,13 @@ def test_served_judge_through_polyvox_judge_plan_run_tally(judge_dir, tmp_path):
     assert {r["choice"] for r in recs} <= {"A", "B", "tie"}, [r["raw"] for r in recs]  # every verdict parsed
     assert "overall" in tally and "n=   6" in tally and "unparseable" not in tally
     assert len((tmp_path / "rubric" / J.VERDICTS).read_text().splitlines()) == 12
+
+
+def test_verdict_accuracy_reads_the_reply_not_the_template():
+    import torch
+
+    a, b, tie = 7, 8, 9  # the template's "[[A]], [[B]] or [[tie]]" comes before the reply's verdict
+    target = torch.tensor([[a, b, tie, 3, b, 4], [-100, -100, -100, -100, tie, 4], [1, 2, 3, 4, 5, 6]])
+    mask = M.reply_verdicts(target, torch.tensor([a, b, tie]))
+    assert mask.tolist() == [[False, False, False, False, True, False], [False, False, False, False, True, False],
+                             [False] * 6]
