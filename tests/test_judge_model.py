@@ -95,11 +95,12 @@ def test_training_examples_are_what_the_llm_judge_sends():
     # in-process calibration renders the message as a server does: the tokens the model was trained on
     from polyvox.train.pretrain import train_tokenizer
 
-    be.tokenizer, be.sent = train_tokenizer([e[0] + " " + e[1] for e in examples], None, 400), []
-    J.LLMJudge(C.ChatTemplated(be)).ask([c for p in pairs for c in (p.call(False), p.call(True))])
-    rows = M.encode(be.tokenizer, examples, 512)
-    assert [be.tokenizer(r.prompt, add_special_tokens=False)["input_ids"] for r in be.sent] == \
-        [ids[:n] for ids, n in rows] and not any(r.chat for r in be.sent)
+    from polyvox.backends.base import local_prompt
+
+    tok = train_tokenizer([e[0] + " " + e[1] for e in examples], None, 400)
+    rows = M.encode(tok, examples, 512)
+    assert [tok(local_prompt(tok, r), add_special_tokens=False)["input_ids"] for r in be.sent] == \
+        [ids[:n] for ids, n in rows]
 
 
 def in_unit(r: C.Rate) -> bool:

@@ -59,6 +59,19 @@ class Request:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def local_prompt(tokenizer, r: Request) -> str:
+    """The text a local model reads for ``r``: a completion request as it is; a chat request (the user
+    message, as a chat endpoint takes it) through the tokenizer's chat template with the generation
+    prompt and the request's template options, as an OpenAI-compatible server renders it — so a judge
+    or any caller that sends chat requests gets the same reply from a local backend as from a server."""
+    if not r.chat:
+        return r.prompt
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("a chat request needs a model whose tokenizer has a chat template")
+    return tokenizer.apply_chat_template([{"role": "user", "content": r.prompt}], tokenize=False,
+                                         add_generation_prompt=True, **r.template_kwargs)
+
+
 @dataclass
 class Completion:
     text: str

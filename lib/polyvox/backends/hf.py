@@ -28,7 +28,8 @@ import json
 import time
 from pathlib import Path
 
-from .base import Completion, LocalBackend, Request, SamplingParams, refuse_request_adapters, register_backend
+from .base import (Completion, LocalBackend, Request, SamplingParams, local_prompt, refuse_request_adapters,
+                   register_backend)
 
 SAMPLER = "gumbel-counter-splitmix64-v1"  # part of the backend's identity: another sampler, other outputs
 
@@ -209,7 +210,7 @@ def generate_batched(model, tokenizer, requests: list[Request], params: Sampling
     ``generate`` with left padding. ``stats`` collects the decode loop's timings (benches).
     """
     static = str(device).startswith("cuda") if static is None else static
-    ids = tokenize_prompts(tokenizer, [r.prompt for r in requests])
+    ids = tokenize_prompts(tokenizer, [local_prompt(tokenizer, r) for r in requests])
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     out: list[Completion | None] = [None] * len(ids)
     eos = tokenizer.eos_token_id

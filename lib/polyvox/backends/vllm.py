@@ -32,7 +32,8 @@ import sys
 import time
 from pathlib import Path
 
-from .base import Completion, LocalBackend, Request, SamplingParams, check_adapter_path, register_backend
+from .base import (Completion, LocalBackend, Request, SamplingParams, check_adapter_path, local_prompt,
+                   register_backend)
 from .hf import adapter_rank
 
 FLASHINFER_SAMPLER_ENV = "VLLM_USE_FLASHINFER_SAMPLER"
@@ -183,7 +184,7 @@ class VLLMBackend(LocalBackend):
             return []
         loras = [self.lora_request(r) for r in requests]  # refused (unknown rank, no LoRA) before any work
         sps = [VSP(**vllm_sampling_kwargs(params, r.seed)) for r in requests]
-        prompts = [{"prompt_token_ids": ids} for ids in self.token_ids([r.prompt for r in requests])]
+        prompts = [{"prompt_token_ids": ids} for ids in self.token_ids([local_prompt(self.tokenizer, r) for r in requests])]
         t0 = time.perf_counter()
         outs = self.llm.generate(prompts, sps, lora_request=loras if any(x is not None for x in loras) else None,
                                   use_tqdm=False)

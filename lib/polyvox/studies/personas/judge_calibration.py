@@ -4,7 +4,7 @@ The held-out pairs are :func:`.judge_data.make_pairs` of the validation or test 
 training pairs by user, prompt and problem: checked again here). Each pair is judged in both orders by
 :class:`polyvox.judge.LLMJudge` over the ``transformers`` backend — the template, the greedy decoding,
 ``max_tokens`` and the parser the judge machinery uses, the user message rendered by the model's chat
-template as a server renders it (:class:`ChatTemplated`) — so these verdicts are the ones ``polyvox judge
+template as a server renders it (:func:`polyvox.backends.base.local_prompt`) — so these verdicts are the ones ``polyvox judge
 run`` would record from a server of the same model (up to the server's dtype: the backend runs fp32 on
 CPU). Measured:
 
@@ -127,27 +127,6 @@ def fold(ab: str | None, ba: str | None) -> str | None:
     return "A" if (ab, ba) == ("A", "B") else "B" if (ab, ba) == ("B", "A") else "tie"
 
 
-class ChatTemplated:
-    """A local backend that answers chat requests as an OpenAI-compatible server does: the user message
-    through the model's chat template, then generation. (The transformers backend takes a request's text as
-    the prompt itself, chat or not: :class:`polyvox.judge.LLMJudge` over it would send the judge prompt
-    without the template the model was trained under.)"""
-
-    def __init__(self, inner):
-        self.inner, self.name = inner, inner.name
-
-    def identity(self) -> dict:
-        return {**self.inner.identity(), "chat": "the user message through the model's chat template"}
-
-    def generate(self, requests, params):
-        tok = self.inner.tokenizer
-        templated = [replace(r, prompt=tok.apply_chat_template([{"role": "user", "content": r.prompt}],
-                                                               tokenize=False, add_generation_prompt=True,
-                                                               **r.template_kwargs), chat=False, template_kwargs={})
-                     if r.chat else r for r in requests]
-        return self.inner.generate(templated, params)
-
-
 def judge_verdicts(judge, pairs: list[D.JudgePair], chunk: int = 64, progress: bool = False):
     """[(verdict with first as A, verdict with second as A, raw replies)] from any polyvox judge."""
     from tqdm import tqdm
@@ -240,8 +219,7 @@ def calibrate(model_dir: str | Path, split: str | None = None, batch_size: int =
     s.check()
     t0 = time.time()
     train_pairs, held = data(s)  # raises unless disjoint
-    judge = LLMJudge(ChatTemplated(make_backend("transformers", str(model_dir), batch_size=batch_size,
-                                                device=device)))
+    judge = LLMJudge(make_backend("transformers", str(model_dir), batch_size=batch_size, device=device))
     got = judge_verdicts(judge, held, chunk=batch_size, progress=progress)
     m = measure(held, got, n_boot)
     per_pair = m.pop("per_pair")
