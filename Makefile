@@ -26,9 +26,11 @@ book: venv
 # the whole suite: units, the real server, training on CPU, every chapter, the real book build,
 # the built book in a real browser (Debian's chromium, installed when missing). Two workers, one per
 # core; tests/conftest.py sets the order the groups are handed out in (the book build first), which
-# --no-loadscope-reorder keeps (xdist would otherwise hand out the largest group first)
+# --no-loadscope-reorder keeps (xdist would otherwise hand out the largest group first). One math
+# thread per process: two workers (and the kernels and programs they start) share two cores, and
+# OpenMP threads that spin on a core another process holds only slow both down
 test: venv lint-imports chromium
-	$(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=30 tests
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=30 tests
 
 # no model training, no server, no notebook execution (target: under 60 s on 2 cores; two
 # workers, one per core: about 48 s against 58 s in one process)

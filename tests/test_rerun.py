@@ -107,8 +107,12 @@ def test_panel_accuracy_generates_on_tiny_models_then_length_and_explorer_read_i
     polyvox_run(repo, "panel/accuracy", "runs/smoke", TINY_PANEL)
     for bench in ("math_l5", "aime"):
         for system in ("panel", "thinking"):
-            assert (repo / "runs/smoke" / bench / system / "graded.jsonl").exists(), (bench, system)
+            graded = (repo / "runs/smoke" / bench / system / "graded.jsonl").read_text().splitlines()
+            assert len(graded) == 2, (bench, system)  # limit=2 problems × 1 sample
+    executed = (repo / "runs/smoke/accuracy.ipynb").read_text()
+    assert "Source: the run in" in executed and '"ename"' not in executed
     polyvox_run(repo, "panel/length", "runs/smoke-length", ["-p", "runs=runs/smoke"])
+    assert "tokens per correct" in (repo / "runs/smoke-length/length.ipynb").read_text()
     polyvox_run(repo, "panel/explorer", "runs/smoke-explorer", ["-p", "runs=runs/smoke"])
     text = (repo / "runs/smoke-explorer/explorer.ipynb").read_text()
     assert "pv-x" in text

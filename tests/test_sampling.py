@@ -108,28 +108,6 @@ def test_vllm_backend_says_what_is_missing():
 
 
 @pytest.mark.slow
-def test_accuracy_and_length_chapters_rerun_with_generate_on_a_tiny_model(tiny, tmp_path, root):
-    out = tmp_path / "acc"
-    cmd = [sys.executable, "-m", "polyvox.cli", "run", "panel/accuracy", "-p", "generate=true",
-           "-p", f"base_model={tiny}", "-p", "adapter=null", "-p", f"thinking_model={tiny}",
-           "-p", "backend=transformers", "-p", "limit=2", "-p", "n_panel=2", "-p", "n_thinking=2",
-           "-p", "panel_max_tokens=8", "-p", "thinking_max_tokens=8", "--out", str(out)]
-    done = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    for bench in ("math_l5", "aime"):
-        for system in ("panel", "thinking"):
-            graded = read_jsonl(out / bench / system / "graded.jsonl")
-            assert len(graded) == 4  # 2 problems x 2 samples
-    nb = json.loads((out / "accuracy.ipynb").read_text())
-    text = json.dumps(nb)
-    assert "Source: the run in" in text and '"ename"' not in text
-    length = subprocess.run([sys.executable, "-m", "polyvox.cli", "run", "panel/length", "-p", f"runs={out}",
-                             "--out", str(tmp_path / "len")], cwd=root, capture_output=True, text=True)
-    assert length.returncode == 0, length.stderr
-    assert "tokens per correct" in (tmp_path / "len" / "length.ipynb").read_text()
-
-
-@pytest.mark.slow
 def test_a_run_with_an_adapter_resumes_and_a_changed_adapter_is_refused(tiny, lora, tmp_path, root):
     import shutil
 
