@@ -80,6 +80,43 @@ def test_topk_kl_losses():
         topk_kl(s2, t, 8, "jsd")
 
 
+def run_ids(out) -> dict[str, str]:
+    """Every stage record's run_id by folder (a stage redone writes a new one)."""
+    found = {}
+    for path in sorted(out.rglob("*.json")):
+        if path.name in ("manifest.json", "stage.json") and path.parent != out:
+            data = json.loads(path.read_text())
+            if data.get("kind") == "stage":
+                found[path.parent.relative_to(out).as_posix()] = data["run_id"]
+    return found
+
+
+def judge_model_records(out, jm, rubric_tallies) -> list[dict]:
+    """The judge model's stage (its model, calibration and record) and its verdicts' tallies beside the rubric's."""
+    from polyvox import judge
+    from polyvox.studies.personas import judge_model as M
+
+    record = json.loads((jm / "manifest.json").read_text())
+    assert record["kind"] == "stage" and record["status"] == "complete" and M.is_complete(jm / "model")
+    calibration = json.loads((jm / "model" / "calibration.json").read_text())
+    assert calibration["weights_sha256"] == record["weights_sha256"] == M.read_manifest(jm / "model")["weights_sha256"]
+    assert record["calibration"]["pairs"] == calibration["pairs"] == 8 and calibration["calls"] == 16
+    assert record["calibration"]["flip_rate"] == {k: calibration["flip_rate"][k] for k in ("k", "n", "rate", "low",
+                                                                                           "high")}
+    tallies = json.loads((out / "judge-by-model" / "tallies.json").read_text())
+    assert [(t["name"], t["a"], t["b"]) for t in tallies] == [(t["name"], t["a"], t["b"]) for t in rubric_tallies]
+    stage = json.loads((out / "judge-by-model" / "stage.json").read_text())
+    assert stage["status"] == "complete" and len(stage["side_by_side"]) == len(tallies)
+    for row, mine, rubric in zip(stage["side_by_side"], tallies, rubric_tallies):
+        assert row["judge-by-model"]["n"] == mine["overall"]["n"] and row["judge"]["W"] == rubric["overall"]["W"]
+        n = rubric["overall"]
+        assert row["judge-by-model"]["n"] + row["judge-by-model"]["unparseable"] == n["n"] + n["unparseable"]
+    verdicts = [json.loads(x) for x in (out / "judge-by-model" / judge.VERDICTS).read_text().splitlines()]
+    assert verdicts and {v["judge"] for v in verdicts} == {"llm"} and all(v["attempts"] == 1 for v in verdicts)
+    assert stage["identity"]["backend"] == "transformers" and stage["identity"]["weights_sha256"]
+    return tallies
+
+
 @pytest.mark.slow
 def test_pipeline_smoke_end_to_end_and_resume(tmp_path, root):
     """Every stage at smoke scale with the shipped tiny-chat; a rerun skips everything; judge tally prints."""
@@ -112,8 +149,32 @@ def test_pipeline_smoke_end_to_end_and_resume(tmp_path, root):
     tallies = json.loads((out / "judge" / "tallies.json").read_text())
     assert len(tallies) == len(pipeline.comparisons(pipeline.load_scale("smoke"), out / "systems"))
     n_verdicts = len((out / "judge" / "verdicts.jsonl").read_text().splitlines())
+    # issue 22, item 4: the judge model trained and calibrated, its verdicts beside the rubric's
+    jm = pipeline.judge_model_folder(out, pipeline.load_scale("smoke"))
+    model_tallies = judge_model_records(out, jm, tallies)
+    records = run_ids(out)
     pipeline.run(out, "smoke")  # resumable: nothing redone, nothing duplicated
     assert len((out / "judge" / "verdicts.jsonl").read_text().splitlines()) == n_verdicts
+    assert run_ids(out) == records
+    assert json.loads((out / "judge-by-model" / "tallies.json").read_text()) == model_tallies
+    # a changed judge setting: a judge model of its own, its verdicts again; the heads and the rubric's stay
+    changed = tmp_path / "changed" / "smoke.yaml"
+    changed.parent.mkdir()
+    text = (root / "configs" / "personas" / "smoke.yaml").read_text()
+    assert "judge_model: {size: smoke, steps: 20," in text
+    changed.write_text(text.replace("judge_model: {size: smoke, steps: 20,", "judge_model: {size: smoke, steps: 3,"))
+    pipeline.run(out, changed)
+    jm2 = pipeline.judge_model_folder(out, pipeline.load_scale(changed))
+    assert jm2 != jm and jm.is_dir() and json.loads((jm2 / "manifest.json").read_text())["settings"]["judge_model"][
+        "steps"] == 3
+    again = run_ids(out)
+    assert {k: v for k, v in again.items() if k != "judge-by-model" and not k.startswith("judge-model")} == \
+        {k: v for k, v in records.items() if k != "judge-by-model" and not k.startswith("judge-model")}
+    assert again["judge-by-model"] != records["judge-by-model"] and again[jm.relative_to(out).as_posix()] == \
+        records[jm.relative_to(out).as_posix()]
+    inputs = json.loads((out / "judge-by-model" / "stage.json").read_text())["settings"]["inputs"]
+    assert jm2.relative_to(out).as_posix() in inputs and jm.relative_to(out).as_posix() not in inputs
+    judge_model_records(out, jm2, tallies)
     a, b = f"{out}/systems/forward-s0.jsonl:router_head", f"{out}/systems/forward-s0.jsonl:base"
     assert judge.plan(a, b, out / "judge", pipeline.rubric_judge())["to_make"] == 0
     # the command the lead wires: tally of a whole recorded run

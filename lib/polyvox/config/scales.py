@@ -206,6 +206,30 @@ class PersonasJudge(Strict):
         return self
 
 
+_Users = Annotated[int, Field(ge=24, description="an integer ≥ 24 (8 preference types in each of 3 splits)")]
+
+
+class PersonasJudgeModel(Strict):
+    """``judge_model`` (optional; issue 22, item 4): the tiny judge model
+    (:mod:`polyvox.studies.personas.judge_model`) the stage judge-model trains and calibrates, and the stage
+    judge asks beside the ``judge`` section's judge. ``size`` names a preset (``SIZES``: smoke, h200); every
+    other key overrides the preset's field of that name (training users, pairs, steps, held-out split…)."""
+
+    size: Literal["smoke", "h200"]
+    steps: Pos = None  # type: ignore[assignment]
+    lr: Rate = None  # type: ignore[assignment]
+    seed: Seed = None  # type: ignore[assignment]
+    batch: Pos = None  # type: ignore[assignment]
+    n_users: _Users = None  # type: ignore[assignment] - training pairs: the training users among n_users
+    per_user: Pos = None  # type: ignore[assignment]
+    pairs_per_prompt: Pos = None  # type: ignore[assignment]
+    held_split: Literal["validation", "test"] = None  # type: ignore[assignment] - the calibration's users
+    held_n_users: _Users = None  # type: ignore[assignment]
+    held_per_user: Pos = None  # type: ignore[assignment]
+    held_pairs_per_prompt: Pos = None  # type: ignore[assignment]
+    device: Literal["cpu", "cuda"] = None  # type: ignore[assignment] - default: the preset's
+
+
 class PersonasScale(Strict):
     """configs/personas/<scale>.yaml and a run folder's scale.yaml (read by polyvox.studies.personas.pipeline)."""
 
@@ -217,6 +241,7 @@ class PersonasScale(Strict):
     arms: PersonasArms
     generate: PersonasGenerate
     judge: PersonasJudge
+    judge_model: PersonasJudgeModel = None  # type: ignore[assignment] - absent: the rubric (or judge's) verdicts only
 
 
 # ---------------------------------------------------------------- scales: collaboration (Part III)

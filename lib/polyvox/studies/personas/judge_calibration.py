@@ -28,7 +28,9 @@ not independent, so for the pair-level rates a percentile bootstrap that resampl
 counted as two in the call-level rates (a departure: those Wilson intervals are too narrow).
 
 The record (:class:`Calibration`) is written as ``calibration.json`` beside the model (temporary name, then
-rename); :meth:`Calibration.frame` gives its rates as a DataFrame.
+rename), naming the model folder as a manifest does (:func:`polyvox.records.portable_path`: never this machine's
+absolute path); :meth:`Calibration.frame` gives its rates as a DataFrame. The persona pipeline calibrates its
+judge model so (stage judge-model, :mod:`.judging`).
 """
 from __future__ import annotations
 
@@ -73,8 +75,8 @@ def rate(k: int, n: int, per_item=None, users=None, n_boot: int = 2000) -> Rate:
 
 @dataclass(frozen=True)
 class LengthBin:
-    lo: float  # words(A) - words(B) in [lo, hi)
-    hi: float
+    lo: float | None  # words(A) - words(B) in [lo, hi); None: unbounded (the record is strict JSON)
+    hi: float | None
     calls: int
     verdicts: dict  # A, B, tie, unparseable
     judge_a: Rate  # decisive judge verdicts for A
@@ -117,7 +119,7 @@ class Calibration:
         return pd.DataFrame([{"metric": m, **asdict(getattr(self, m))} for m in self.RATES])
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1) + "\n"
+        return json.dumps(asdict(self), indent=1, allow_nan=False) + "\n"
 
 
 def fold(ab: str | None, ba: str | None) -> str | None:
@@ -171,7 +173,8 @@ def measure(pairs: list[D.JudgePair], got: list, n_boot: int = 2000) -> dict:
         counts = {v: sum(c[0] == v for c in inside) for v in D.VERDICTS}
         counts["unparseable"] = sum(c[0] is None for c in inside)
         truth_dec = [c for c in inside if c[1] != "tie"]
-        bins.append(LengthBin(lo, hi, len(inside), counts, rate(counts["A"], counts["A"] + counts["B"]),
+        bins.append(LengthBin(lo if lo > -float("inf") else None, hi if hi < float("inf") else None, len(inside),
+                              counts, rate(counts["A"], counts["A"] + counts["B"]),
                               rate(sum(c[1] == "A" for c in truth_dec), len(truth_dec))))
     return {
         "pairs": len(pairs), "users": len(set(users)), "calls": len(calls),
@@ -206,6 +209,7 @@ def calibrate(model_dir: str | Path, split: str | None = None, batch_size: int =
 
     from ...backends import make_backend
     from ...judge import LLMJudge
+    from ...records import portable_path
     from .judge_model import JudgeSettings, data, is_complete, read_manifest
 
     model_dir = Path(model_dir)
@@ -224,11 +228,11 @@ def calibrate(model_dir: str | Path, split: str | None = None, batch_size: int =
     m = measure(held, got, n_boot)
     per_pair = m.pop("per_pair")
     rec = Calibration(
-        model=str(model_dir), weights_sha256=manifest["weights_sha256"], split=s.held_split, **m,
+        model=portable_path(model_dir), weights_sha256=manifest["weights_sha256"], split=s.held_split, **m,
         held={"split": s.held_split, "n_users": s.held_n_users, "per_user": s.held_per_user,
               "pairs_per_prompt": s.held_pairs_per_prompt, "seed": s.world_seed, "digest": D.digest(held),
               "train_digest_matches_manifest": D.digest(train_pairs) == manifest["data"]["digest"],
-              "judge": judge.identity() | {"model": str(model_dir)}},
+              "judge": judge.identity() | {"model": portable_path(model_dir)}},
         seconds=round(time.time() - t0, 1), per_pair=per_pair)
     tmp = model_dir / (FILE + ".tmp")
     tmp.write_text(rec.to_json(), encoding="utf-8")
@@ -250,5 +254,6 @@ def summary_lines(rec: Calibration) -> list[str]:
         out.append(f"  {m:<24} {_pct(getattr(rec, m))}")
     out.append("  length bins (words A - B): judge's share of A among decisive calls vs the truth's")
     for b in rec.length_bins:
-        out.append(f"    [{b.lo:>5}, {b.hi:>5})  calls {b.calls:>4}  judge {_pct(b.judge_a)}  truth {_pct(b.truth_a)}")
+        lo, hi = ("-inf" if b.lo is None else b.lo), ("inf" if b.hi is None else b.hi)
+        out.append(f"    [{lo:>5}, {hi:>5})  calls {b.calls:>4}  judge {_pct(b.judge_a)}  truth {_pct(b.truth_a)}")
     return out

@@ -34,6 +34,9 @@ the GPU size, not yet trained (its data and one CPU step checked). The folder is
 (weights, tokenizer, ``manifest.json``: settings, data digest, label counts, per-step train log), so a
 killed run leaves no half folder under the name; a folder already complete is never overwritten.
 
+In the persona pipeline, a scale's ``judge_model`` section names a preset and overrides its fields; the stage
+judge-model trains and calibrates the judge, and the stage judge asks it every comparison (:mod:`.judging`).
+
 Command line::
 
     python -m polyvox.studies.personas.judge_model train --out DIR --size smoke|h200 [--steps N] [--device D]

@@ -1,15 +1,37 @@
-"""The persona pipeline's judge stage: the rubric (or an LLM) judge over every comparison, and ``tallies.json``.
+"""The persona pipeline's judging: the scale's judge (the rubric, or an LLM) over every comparison, and — for a
+scale with ``judge_model`` (issue 22, item 4) — the tiny judge model trained, calibrated and asked the same
+comparisons beside it.
 
-The stage's folder, ``judge/``, holds a judge run (:mod:`polyvox.judge`): its manifest.json is the
-judge run's alone; the stage's record is ``judge/stage.json`` (:class:`polyvox.stages.Pipeline`).
+- ``judge/`` (stage ``judge``): a judge run (:mod:`polyvox.judge`) of the ``judge`` section's judge; its
+  manifest.json is the judge run's alone, the stage's record ``judge/stage.json``; ``tallies.json``.
+- ``judge-model/<size>-<digest>/`` (stage ``judge-model``, :func:`stage_judge_model`): the judge model
+  (:mod:`.judge_model`) in ``model/`` — weights, tokenizer, its own manifest.json (kind ``judge model``) and
+  ``calibration.json`` (:mod:`.judge_calibration`: agreement with the rubric and the truth, flip rate, length
+  bias on held-out pairs); the stage's record is the folder's manifest.json, with the calibration's headline
+  rates. ``<digest>`` is :func:`settings_digest` of the resolved :class:`.judge_model.JudgeSettings`, so a
+  changed ``judge_model`` setting is a new folder beside the old one (the root accepts the change:
+  :data:`.pipeline.ROOT_IGNORE`), and what reads it is stale.
+- ``judge-by-model/`` (stage ``judge`` too, :func:`stage_judge_by_model`): the judge model asked every
+  comparison in both orders through the same machinery (:func:`polyvox.judge.run`, :func:`polyvox.judge.tally`),
+  as an :class:`polyvox.judge.LLMJudge` over the local ``transformers`` backend in this process (the chat
+  request rendered by the model's chat template as a server renders it: the served path is
+  tests/test_judge_model.py's); ``tallies.json``; its record ``stage.json`` holds both judges' overall
+  tallies side by side (``side_by_side``). It reads ``systems/``, the judge model's folder and ``judge/``.
+
+The judge model's training users and problems are never the scale's test users and problems: training pairs
+come from the world's training users (split by index, whatever ``n_users``) with problems of the world's train
+split, and the verdicts are on test users' prompts, whose problems are of its test split (tested).
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
+import shutil
 from pathlib import Path
 
 from ... import judge
-from ...records import RunLock
+from ...records import RecordError, RunLock, read_json
 from . import world as pw
 
 BY = ("pick_size", "preference")  # the row labels tallies break down by
@@ -52,24 +74,136 @@ def make_judge(spec: dict):
     return judge.LLMJudge(backend, max_tokens=spec.get("max_tokens", 16))
 
 
+def _rel(out: Path, spec: str) -> str:
+    """FILE:SYSTEM with the file relative to the run folder (systems/…)."""
+    path, system = judge.parse_side(spec)
+    return f"{path.relative_to(out).as_posix()}:{system}"
+
+
+def _judge_all(out: Path, s: dict, folder: Path, j, max_attempts: int = 3) -> tuple[list, list, int, int]:
+    """Every comparison judged by ``j`` into ``folder`` (cached), its tallies written to ``tallies.json``:
+    (specs, tallies, calls made, unparseable verdicts recorded by this run)."""
+    tallies, calls, unparseable = [], 0, 0
+    specs = comparisons(s, out / "systems")
+    for name, a, b in specs:
+        done = judge.run(a, b, folder, j, chunk=s["judge"]["chunk"], max_attempts=max_attempts)
+        calls, unparseable = calls + done["calls_made"], unparseable + done["unparseable"]
+        t = judge.tally(a, b, folder, j, by=BY, n_boot=s["judge"]["n_boot"])
+        tallies.append({"name": name, **t})
+    for t in tallies:
+        t["a"], t["b"] = _rel(out, t["a"]), _rel(out, t["b"])
+    with RunLock(folder):
+        (folder / "tallies.json").write_text(json.dumps(tallies, indent=1) + "\n")
+    return specs, tallies, calls, unparseable
+
+
 def stage_judge(out: Path, s: dict) -> dict:
     """Judge every comparison (cached: a rerun pays nothing twice), write ``tallies.json``; returns the
     stage record's fields: the comparisons (files relative to the run folder) and the calls made."""
-    folder = out / "judge"
-    j = make_judge(s["judge"])
-    tallies, calls = [], 0
-    specs = comparisons(s, out / "systems")
-    for name, a, b in specs:
-        calls += judge.run(a, b, folder, j, chunk=s["judge"]["chunk"])["calls_made"]
-        t = judge.tally(a, b, folder, j, by=BY, n_boot=s["judge"]["n_boot"])
-        tallies.append({"name": name, **t})
+    specs, _tallies, calls, _bad = _judge_all(out, s, out / "judge", make_judge(s["judge"]))
+    return {"comparisons": sorted([_rel(out, a), _rel(out, b)] for _name, a, b in specs), "calls_made": calls}
 
-    def rel(spec: str) -> str:  # FILE:SYSTEM with the file relative to the run folder (systems/…)
-        path, system = judge.parse_side(spec)
-        return f"{path.relative_to(out).as_posix()}:{system}"
 
-    for t in tallies:
-        t["a"], t["b"] = rel(t["a"]), rel(t["b"])
-    with RunLock(folder):
-        (folder / "tallies.json").write_text(json.dumps(tallies, indent=1) + "\n")
-    return {"comparisons": sorted([rel(a), rel(b)] for _name, a, b in specs), "calls_made": calls}
+# ---------------------------------------------------------------- the judge model (issue 22, item 4)
+
+MODEL_VERDICTS = "judge-by-model"  # the judge model's verdicts, beside judge/
+# the keys of the scale's judge_model section besides size: each overrides JudgeSettings' field of that name
+JUDGE_KEYS = ("steps", "lr", "seed", "batch", "n_users", "per_user", "pairs_per_prompt", "held_split",
+              "held_n_users", "held_per_user", "held_pairs_per_prompt", "device")
+JUDGE_BATCH = 64  # the transformers backend's batch while the judge model judges (recorded in its identity)
+HEADLINE = ("agreement_rubric", "agreement_truth", "call_agreement_truth", "rubric_agreement_truth",
+            "true_tie_share", "flip_rate", "first_pick", "longer_pick", "longer_pick_truth")
+
+
+def judge_settings(s: dict):
+    """The scale's :class:`.judge_model.JudgeSettings` (its ``judge_model`` preset, overridden by the section's
+    keys; the world's seed is the scale's), or None for a scale without ``judge_model``."""
+    if s.get("judge_model") is None:
+        return None
+    from .judge_model import settings_for
+
+    jm = s["judge_model"]
+    return settings_for(jm["size"], **{k: jm[k] for k in JUDGE_KEYS if k in jm}, world_seed=s["world"]["seed"])
+
+
+def settings_digest(js) -> str:
+    """12 hex digits of sha256 over the resolved judge settings (JSON, sorted keys): the stage folder's name."""
+    text = json.dumps(dataclasses.asdict(js), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def judge_model_folder(out: Path, s: dict) -> Path | None:
+    """``judge-model/<size>-<digest>/`` of the scale's judge settings (None without ``judge_model``)."""
+    js = judge_settings(s)
+    return None if js is None else Path(out) / "judge-model" / f"{js.size}-{settings_digest(js)}"
+
+
+def _rates(rec: dict) -> dict:
+    return {m: {k: rec[m][k] for k in ("k", "n", "rate", "low", "high")} for m in HEADLINE}
+
+
+def _calibrated(path: Path) -> dict:
+    """A calibration record ({} when there is none or it cannot be read as one)."""
+    try:
+        data = read_json(path) if path.is_file() else {}
+    except RecordError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def stage_judge_model(out: Path, s: dict) -> dict:
+    """Train the judge model into ``model/`` (kept when a resumed stage finds it complete under the same
+    settings; a copy cut off mid-training is removed) and calibrate it on its held-out pairs
+    (``model/calibration.json``, kept when it is of these weights). Returns the record's fields."""
+    from . import judge_calibration as C
+    from . import judge_model as M
+
+    js, folder = judge_settings(s), judge_model_folder(out, s)
+    model = folder / "model"
+    settings = dataclasses.asdict(js)
+    if not (M.is_complete(model) and M.read_manifest(model).get("settings") == settings):
+        for p in folder.glob(".model.partial-*"):  # a training killed before its rename
+            shutil.rmtree(p)
+        if model.exists():
+            shutil.rmtree(model)
+        M.train(model, js, progress=False, threads=None)  # the pipeline set the process's thread count
+    m = M.read_manifest(model)
+    cal = model / C.FILE
+    if _calibrated(cal).get("weights_sha256") != m["weights_sha256"]:  # none, unreadable or of other weights
+        C.calibrate(model, batch_size=JUDGE_BATCH, device=js.device)
+    rec = read_json(cal)
+    return {"model": "model", "parameters": m["parameters"], "final_loss": m["final_loss"],
+            "train_seconds": m["seconds"], "weights_sha256": m["weights_sha256"],
+            "calibration": {"split": rec["split"], "pairs": rec["pairs"], "users": rec["users"],
+                            "calls": rec["calls"], "verdicts": rec["verdicts"], **_rates(rec)}}
+
+
+def model_judge(out: Path, s: dict) -> judge.LLMJudge:
+    """The scale's judge model as an :class:`polyvox.judge.LLMJudge` over the local ``transformers`` backend."""
+    from ...backends import make_backend
+
+    js = judge_settings(s)
+    model = judge_model_folder(out, s) / "model"
+    return judge.LLMJudge(make_backend("transformers", str(model), batch_size=JUDGE_BATCH, device=js.device))
+
+
+def _overall(t: dict) -> dict:
+    o = t["overall"]
+    return {k: o.get(k) for k in ("n", "W", "T", "L", "unparseable", "missing", "win_rate", "ci_low", "ci_high")}
+
+
+def stage_judge_by_model(out: Path, s: dict) -> dict:
+    """The judge model over every comparison, both orders, into ``judge-by-model/`` (one attempt per call: its
+    decoding is greedy, so another attempt would answer the same); ``tallies.json``; returns the record's
+    fields, with each comparison's overall tally by both judges side by side."""
+    j = model_judge(out, s)
+    specs, tallies, calls, unparseable = _judge_all(out, s, out / MODEL_VERDICTS, j, max_attempts=1)
+    scale_judge = {t["name"]: t for t in json.loads((out / "judge" / "tallies.json").read_text())}
+    side = [{"name": t["name"], "a": t["a"], "b": t["b"], "judge": _overall(scale_judge[t["name"]]),
+             MODEL_VERDICTS: _overall(t)} for t in tallies]
+    return {"comparisons": sorted([_rel(out, a), _rel(out, b)] for _name, a, b in specs), "calls_made": calls,
+            "unparseable": unparseable,
+            "judges": {"judge": s["judge"].get("kind", "rubric"),
+                       MODEL_VERDICTS: f"tiny-judge {judge_settings(s).size}, "
+                                       f"{judge_model_folder(out, s).relative_to(out).as_posix()}/model"},
+            "identity": j.identity(), "side_by_side": side}

@@ -1,5 +1,6 @@
 """Part II in miniature, stage by stage: router → cap → sweep → heads (forward and reverse, seeds) → generate →
-systems → judge (cap and sweep only for a scale whose ``distill`` names them: issue 22).
+systems → judge-model → judge (cap and sweep only for a scale whose ``distill`` names them, judge-model only for
+one with a ``judge_model`` section: issue 22).
 
 ``polyvox personas run --scale SCALE --out DIR`` runs every stage in order, a
 :class:`polyvox.stages.Pipeline` (validate first; one writer per folder and per manifest; a stage
@@ -37,9 +38,16 @@ and the chapters. The stages' work is in :mod:`.steps`, :mod:`.sweep` and :mod:`
   shape of the study's ``systems_test.jsonl``), the router's pick and the true type.
 - ``judge/``: the rubric judge's verdicts (:mod:`polyvox.judge`, both orders, cached) for each
   comparison of :func:`comparisons`, and ``tallies.json``; the stage's record is ``stage.json``.
+- with ``judge_model`` (issue 22, item 4; :mod:`.judging`): ``judge-model/<size>-<digest>/`` (stage
+  judge-model: the tiny judge model trained on the world's training users, ``model/``, and its calibration on
+  held-out pairs, ``model/calibration.json``) and ``judge-by-model/`` (stage judge: the judge model's verdicts
+  on the same comparisons, both orders, its ``tallies.json``, and both judges' tallies side by side in its
+  ``stage.json``). The ``judge_model`` section may change between runs of one folder (:data:`ROOT_IGNORE`):
+  the judge model of other settings is a new folder, and the verdicts that read the old one run again.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import yaml
@@ -47,18 +55,22 @@ import yaml
 from ... import judge, launch, stages
 from ...records import KIND_JUDGE, read_manifest
 from . import router as R  # noqa: F401 - the chapters read R.chat_prompt through this module
-from .judging import BY, comparisons, make_judge, rubric_judge, stage_judge  # noqa: F401 - public names
+from .judging import (BY, MODEL_VERDICTS, comparisons, judge_model_folder, judge_settings, make_judge,  # noqa: F401
+                      rubric_judge, stage_judge, stage_judge_by_model, stage_judge_model)
 from .steps import (PAIRS, RECIPES, REMEDY, SYSTEMS, _prompts, check_recipe, grid, recipe, remedy_scale,  # noqa: F401
                     stage_generate, stage_heads, stage_router, stage_systems, units)
 from .sweep import cap_refusal, check_picked, point_folder, stage_cap, stage_chosen, stage_point
 
-STAGES = ("router", "cap", "sweep", "heads", "generate", "systems", "judge")
+STAGES = ("router", "cap", "sweep", "heads", "generate", "systems", "judge-model", "judge")
 RUN_ONLY = ("generate.threads",)  # scale keys that change no output: a rerun may change them
+# what a rerun of a folder may change besides: judge_model, whose every setting has its own folder (judge-model/…)
+ROOT_IGNORE = (*RUN_ONLY, "judge_model")
 
 
 def load_scale(scale: str | Path) -> dict:
     """configs/personas/<scale>.yaml, or a YAML path (a run folder's scale.yaml keeps its name)."""
-    return stages.load_scale("personas", scale, {"model", "world", "router", "distill", "arms", "generate", "judge"})
+    return stages.load_scale("personas", scale, {"model", "world", "router", "distill", "arms", "generate", "judge"},
+                             {"judge_model"})
 
 
 def _recognise(out: Path) -> bool:
@@ -105,6 +117,7 @@ def _stages(out: Path, s: dict) -> list[stages.Stage]:
              for arm in s["arms"]["losses"] for seed in s["arms"]["seeds"]]
     generate = {k: v for k, v in s["generate"].items() if f"generate.{k}" not in RUN_ONLY}
     before, heads_read = _issue22_stages(out, s)
+    judge_model = _judge_model_stages(out, s)  # [] or [the judge model, its verdicts]
 
     def generated() -> bool:  # a run recorded before gen/ had a record: every unit's run complete
         return all(read_manifest(out / "gen" / u).get("status") == "complete" for u in units(out, s))
@@ -119,8 +132,23 @@ def _stages(out: Path, s: dict) -> list[stages.Stage]:
                          lambda: stage_generate(out, s), tuple(f for _a, _s, f in heads), legacy_done=generated),
             stages.Stage("systems", out / "systems", settings(s, "world", "arms"), lambda: stage_systems(out, s),
                          (out / "router", out / "gen")),
+            *judge_model[:1],
             stages.Stage("judge", out / "judge", settings(s, "judge"), lambda: stage_judge(out, s),
-                         (out / "systems",), hosts=KIND_JUDGE)]
+                         (out / "systems",), hosts=KIND_JUDGE),
+            *judge_model[1:]]
+
+
+def _judge_model_stages(out: Path, s: dict) -> list[stages.Stage]:
+    """For a scale with ``judge_model``: the judge model's stage and its verdicts (:mod:`.judging`), else none.
+    The verdicts' settings hold no judge setting: which judge model they are is an input (its folder's digest)."""
+    folder = judge_model_folder(out, s)
+    if folder is None:
+        return []
+    trained = stages.settings_of(s, judge_model=dataclasses.asdict(judge_settings(s)))
+    return [stages.Stage("judge-model", folder, trained, lambda: stage_judge_model(out, s)),
+            stages.Stage("judge", out / MODEL_VERDICTS, stages.settings_of(s, "judge", verdicts="judge model"),
+                         lambda: stage_judge_by_model(out, s), (out / "systems", folder, out / "judge"),
+                         hosts=KIND_JUDGE)]
 
 
 def pipeline(out: str | Path, s: dict) -> stages.Pipeline:
@@ -129,7 +157,7 @@ def pipeline(out: str | Path, s: dict) -> stages.Pipeline:
     def older_scale(todo) -> None:  # a run recorded before the root manifest: its scale.yaml
         if not (out / "manifest.json").is_file() and (out / "scale.yaml").is_file():
             old = load_scale(out / "scale.yaml")
-            changed = stages.changed_keys(stages.scale_settings(old), stages.scale_settings(s), RUN_ONLY)
+            changed = stages.changed_keys(stages.scale_settings(old), stages.scale_settings(s), ROOT_IGNORE)
             if changed:
                 raise ValueError(f"{out}: holds a run of the scale {old['name']!r} (its scale.yaml); the scale "
                                  f"{s['name']!r} differs in {', '.join(changed)}; use a new --out")
@@ -137,6 +165,22 @@ def pipeline(out: str | Path, s: dict) -> stages.Pipeline:
     def judge_folder(todo) -> None:
         if "judge" in todo:
             judge.check_out(out / "judge")
+        own = _judge_model_stages(out, s)
+        if not own:
+            return
+        states = stages.Pipeline(stages.KIND_PERSONAS, out, s, own, STAGES)
+        left = [st for st in own if states.state(st) != "done"]
+        if "judge" in todo:
+            judge.check_out(out / MODEL_VERDICTS)
+            if "judge-model" not in todo and own[0] in left:
+                raise ValueError(f"{own[0].folder}: missing: the scale {s['name']!r} judges with its judge_model "
+                                 "(run the judge-model stage first)")
+        if any(st.name in todo for st in left) and judge_settings(s).device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ValueError(f"scale {s['name']!r}: judge_model.device is cuda (the {judge_settings(s).size} "
+                                 "preset's) and no GPU is visible; set judge_model.device: cpu to run it here")
 
     def recipe_and_cap(todo) -> None:  # issue 22: a tempered loss over the whole vocabulary; a cap that fits
         todo, d = set(todo), s["distill"]
@@ -164,7 +208,8 @@ def pipeline(out: str | Path, s: dict) -> stages.Pipeline:
         tmp.replace(out / "scale.yaml")
 
     return stages.Pipeline(stages.KIND_PERSONAS, out, s, _stages(out, s), STAGES, recognise=_recognise,
-                           ignore=RUN_ONLY, checks=[older_scale, judge_folder, recipe_and_cap], setup=setup, process_setup=threads)
+                           ignore=ROOT_IGNORE, checks=[older_scale, judge_folder, recipe_and_cap], setup=setup,
+                           process_setup=threads)
 
 
 def check(out: str | Path, s: dict, todo=STAGES) -> None:
