@@ -114,6 +114,8 @@ def judge_model_records(out, jm, rubric_tallies) -> list[dict]:
     verdicts = [json.loads(x) for x in (out / "judge-by-model" / judge.VERDICTS).read_text().splitlines()]
     assert verdicts and {v["judge"] for v in verdicts} == {"llm"} and all(v["attempts"] == 1 for v in verdicts)
     assert stage["identity"]["backend"] == "transformers" and stage["identity"]["weights_sha256"]
+    for f in [*jm.rglob("*.json"), *(out / "judge-by-model").glob("*.json*")]:  # no absolute path of this machine
+        assert str(out) not in f.read_text(), f
     return tallies
 
 

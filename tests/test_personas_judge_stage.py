@@ -134,3 +134,27 @@ def test_a_changed_judge_model_is_accepted_by_the_root_and_nothing_else_is(tmp_p
     changed["judge"]["n_boot"] = 7
     with pytest.raises(ValueError, match="differs in judge.n_boot"):
         pipeline.check(out, changed, ["router"])
+
+
+@pytest.mark.slow
+def test_the_judge_model_stage_resumes_what_a_kill_left(tmp_path):
+    """A training killed before its rename leaves a hidden partial folder (removed); a stage killed between
+    training and calibration keeps the model and calibrates it; the record is strict JSON naming no machine path."""
+    from polyvox.records import read_json
+
+    s = _smoke(steps=3)
+    out = tmp_path / "run"
+    folder = judging.judge_model_folder(out, s)
+    (folder / ".model.partial-killed").mkdir(parents=True)
+    rec = judging.stage_judge_model(out, s)
+    model = folder / "model"
+    assert not list(folder.glob(".model.partial-*")) and M.is_complete(model)
+    assert rec["calibration"]["pairs"] == 8 and rec["calibration"]["calls"] == 16
+    assert rec["weights_sha256"] == M.read_manifest(model)["weights_sha256"]
+    calibration = read_json(model / "calibration.json")  # the project's reader: no NaN or Infinity
+    assert calibration["length_bins"][0]["lo"] is None and calibration["length_bins"][-1]["hi"] is None
+    assert str(tmp_path) not in (model / "calibration.json").read_text()
+    weights = (model / "model.safetensors").stat().st_mtime_ns
+    (model / "calibration.json").unlink()
+    assert judging.stage_judge_model(out, s) == rec
+    assert (model / "model.safetensors").stat().st_mtime_ns == weights  # kept, not retrained
