@@ -164,9 +164,11 @@ def test_refuses_a_complete_or_foreign_folder_before_any_work(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def judge_dir(tmp_path_factory):
-    """The smoke judge, trained once through the command line (CPU)."""
+    """The smoke judge, trained once through the command line (CPU), for 20 steps at a high learning rate
+    (configs/personas/smoke.yaml's judge): enough for verdicts the parser reads, which is all these tests ask."""
     out = tmp_path_factory.mktemp("judge") / "tiny-judge"
-    r = subprocess.run([sys.executable, "-m", MODULE, "train", "--out", str(out), "--size", "smoke", "--quiet"],
+    r = subprocess.run([sys.executable, "-m", MODULE, "train", "--out", str(out), "--size", "smoke", "--steps", "20",
+                        "--lr", "1e-2", "--quiet"],
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     print(r.stdout)
@@ -178,7 +180,7 @@ def test_trained_judge_is_a_loadable_qwen3_with_its_manifest(judge_dir, capsys):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     m = M.read_manifest(judge_dir)
-    s = M.SIZES["smoke"]
+    s = M.settings_for("smoke", steps=20, lr=1e-2)  # the fixture's
     assert m["kind"] == M.KIND and m["status"] == "complete" and m["settings"] == M.dataclasses.asdict(s)
     assert [r["step"] for r in m["train_log"]] == list(range(s.steps))
     losses = [r["loss"] for r in m["train_log"]]
