@@ -106,8 +106,11 @@ def test_placement_under_torchrun_takes_the_local_gpu(monkeypatch):
 
 def _scale(tmp: Path) -> Path:
     s = yaml.safe_load((ROOT / "configs/world/smoke.yaml").read_text())
-    s["models"].update(base_steps=4, think_steps=2, n_per_level=60)
-    s["rl"].update(stage_steps=[1, 1], climb_steps=1)
+    # smaller than the smoke scale (as tests/test_rerun.py's world scale): what these tests check is where
+    # and when jobs run and that their records equal the one-process run's, not what the models learn
+    s["models"].update(base_steps=4, think_steps=2, n_per_level=40, hidden=32, layers=1, vocab=400, seq_len=128)
+    s["rl"].update(stage_steps=[1, 1], climb_steps=1, heldout_per_level=1)
+    s["sampling"].update(max_tokens=16)
     path = tmp / "tiny-grid.yaml"
     path.write_text(yaml.safe_dump(s))
     return path
