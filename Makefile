@@ -35,7 +35,7 @@ test: venv lint-imports chromium
 # no model training, no server, no notebook execution (target: under 60 s on 2 cores; two
 # workers, one per core: about 48 s against 58 s in one process)
 test-fast: venv lint-imports
-	$(PY) -m pytest -q -n 2 -m "not slow" tests
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 -m "not slow" tests
 
 # core modules never import the studies, the book or the command line (pyproject.toml)
 lint-imports: venv

@@ -2,6 +2,7 @@
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from polyvox.studies.collab import analysis as A
 
@@ -19,6 +20,7 @@ def test_paired_sentence():
     assert s.startswith("+50.0 points at 2.00× the cost; discordant questions 2 / 0, exact McNemar p = 0.500")
 
 
+@pytest.mark.slow  # every part's findings from its records (7 s)
 def test_the_findings_overview_names_the_studies_as_published_with_numbers_from_records():
     from polyvox.book import findings as F
 

@@ -273,6 +273,7 @@ def test_verdict_wording_is_computed():
     assert fam["a"].kind() == "none"
 
 
+@pytest.mark.slow  # bootstraps over the recorded run's seeds and problems (4 s)
 def test_the_recorded_family_and_the_findings_rows():
     from polyvox.book import findings as F
 

@@ -43,6 +43,7 @@ def test_the_stop_key_is_run_control_not_a_setting():
     assert f"models.{pipeline.STOP_KEY}" in pipeline.RUN_ONLY
 
 
+@pytest.mark.slow  # trains the four smoke models
 def test_the_models_stage_validates_records_and_stops_by_the_scale_s_key(tmp_path):
     """Real training at smoke scale (3 steps a model: nothing is learned, so the ordering fails)."""
     out = tmp_path / "run"

@@ -357,6 +357,7 @@ def test_mcnemar_n_is_connor_1987(diff, psi, alpha, power, n):
     assert A.mcnemar_mde(n, psi, alpha, power) <= diff < A.mcnemar_mde(n - 1, psi, alpha, power) + 1e-9
 
 
+@pytest.mark.slow  # exact McNemar power summed over every discordant count (3 s)
 def test_the_formula_s_n_gives_about_80_percent_exact_power():
     n = A.mcnemar_n(0.10, 0.30)
     assert 0.76 < _exact_power(n, 0.20, 0.10) < 0.84

@@ -139,6 +139,7 @@ def test_bad_remedy_fields_are_refused_in_one_line(tmp_path, change, words):
     assert str(path) in str(e.value) and words in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.slow  # loads and samples the real tiny-chat
 def test_the_cap_stage_measures_tiny_chat_and_a_short_cap_is_refused_before_the_sweep(tmp_path):
     """The real teacher (tiny-chat with each type's card): a cap under its longest persona's 99th
     percentile is refused in one line, and the refused run writes no sweep folder."""
