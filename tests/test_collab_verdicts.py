@@ -165,11 +165,12 @@ def test_the_recorded_family(rec, fam):
 def test_power_from_the_recorded_pilot(fam):
     pw = V.power(fam)
     assert (pw.pilot.a_only + pw.pilot.b_only, pw.pilot.n) == (57, 240)
-    assert (pw.n_alpha, pw.n_holm, pw.m) == (744, 1303, 12) and pw.planned == {"h200-ordered": 840}
-    assert pw.n_alpha == A.mcnemar_n(0.05, 57 / 240) and pw.n_holm == A.mcnemar_n(0.05, 57 / 240, 0.05 / 12)
+    # α/m over the family the pool-vs-single test belongs to once tested: the 12 members and it (refused here)
+    assert (pw.n_alpha, pw.n_holm, pw.m, fam.m) == (744, 1321, 13, 12) and pw.planned == {"h200-ordered": 840}
+    assert pw.n_alpha == A.mcnemar_n(0.05, 57 / 240) and pw.n_holm == A.mcnemar_n(0.05, 57 / 240, 0.05 / 13)
     assert 0.08 < pw.mde_alpha < 0.09
     s = pw.sentence()
-    for text in ("**744**", "**1303**", "**240**", "57 of 240", "plans 840: enough at α, not at α/m", "independent"):
+    for text in ("**744**", "**1321**", "0.05/13", "**240**", "57 of 240", "plans 840: enough at α, not at α/m", "independent"):
         assert text in s, text
 
 
@@ -248,6 +249,16 @@ def _recorded(ordered: bool, cl_vs_large: tuple[int, int], n=400):
           "solo-big": _frame(np.r_[np.ones(150), np.zeros(n - 150)], 1.0, 2.0)}
     ordering = (ordered, "solo accuracy rises with size: …" if ordered else "solo accuracy does not rise with size: …")
     return V.Recorded(Path("."), {}, dict.fromkeys(sc), {}, {}, True, sc, {}, ordering, "on the validation split")
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_power_counts_the_pool_vs_single_test_in_its_family(ordered):
+    """α/m of the power analysis is over the family the pool-vs-single test belongs to: the chapter's family when
+    the ordering holds (it is a member), that family and it when refused (it joins once a run can test it)."""
+    fam = V.chapter_family(_recorded(ordered, (60, 5)))
+    pw = V.power(fam, scales=())
+    assert fam.m == (8 if ordered else 7) and pw.m == 8
+    assert pw.n_holm == A.mcnemar_n(0.05, fam.get("cl", "solo-large").discordance, 0.05 / 8)
 
 
 @pytest.mark.parametrize("ordered, counts, lead, forbidden", [

@@ -259,8 +259,9 @@ class Power:
             return s + self.reason
         s += (f"McNemar's test (Connor 1987) needs **{self.n_alpha}** paired test questions to detect a "
               f"{100 * self.effect:.0f}-point accuracy difference with {at} at α = {self.alpha:g}, and "
-              f"**{self.n_holm}** at α/m = {self.alpha:g}/{self.m} (Holm's strictest step over a family the size of "
-              f"this chapter's). This run has **{v.n}**, which detects {100 * self.mde_alpha:.1f} points at "
+              f"**{self.n_holm}** at α/m = {self.alpha:g}/{self.m} (Holm's strictest step over this chapter's "
+              f"family with `{v.a}` against `{v.b}` a member, as it is once tested). This run has **{v.n}**, which "
+              f"detects {100 * self.mde_alpha:.1f} points at "
               f"α = {self.alpha:g}")
         for scale, n in self.planned.items():
             s += (f"; the `{scale}` scale plans {n}: " + ("enough at both levels" if n >= self.n_holm else
@@ -284,8 +285,9 @@ def planned_sizes(scales=PLANNED) -> dict[str, int]:
 
 def power(fam: Family, effect: float = EFFECT, power: float = POWER, scales=PLANNED) -> Power:
     """:class:`Power` for ``cl`` against ``solo-large`` from ``fam``'s counts (refused or not: a pilot's
-    discordance is a count, not a verdict)."""
-    v, alpha, m = fam.get(POOL, SINGLE), fam.alpha, max(fam.m, 1)
+    discordance is a count, not a verdict); α/m over the family that test belongs to (a refused one joins it)."""
+    v, alpha = fam.get(POOL, SINGLE), fam.alpha
+    m = max(fam.m + any((r.a, r.b) == (POOL, SINGLE) for r in fam.refused), 1)  # the family once it is tested
     psi, planned = v.discordance, planned_sizes(scales)
     mde = A.mcnemar_mde(v.n, psi, alpha, power) if v.n else NAN
     if not (v.n and 0 < effect <= psi <= 1):
