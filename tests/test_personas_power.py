@@ -144,6 +144,41 @@ def test_a_run_without_recorded_trained_flags_is_not_answered():
     assert V.answer_line({"a": ("unanswered", "x")}).startswith("**The miniature does not answer")
 
 
+def _fam(view_rows, m=14):
+    rows = [{"comparison": f"reverse vs forward, router_head, {v}", "kind": "forward vs reverse", "system": "router_head",
+             "view": v, "n": 96, "seeds": 3, "users": 24, "decisive": 40, "win_rate": 0.5, "ci_low": 0.45,
+             "ci_high": 0.55, "se": 0.03, "p": 0.5, "p (Holm)": 1.0, "rejected": False, "MDE": 0.09, **change}
+            for v, change in view_rows.items()]
+    fam = pd.DataFrame(rows)
+    fam.attrs.update(m=m, alpha=0.05, power=0.8)
+    return fam
+
+
+@pytest.mark.parametrize("change, category, words, absent", [
+    ({"win_rate": 0.406, "p": 0.011, "p (Holm)": 0.053}, "none", "minimum detectable effect 9.0 points", "better"),
+    ({"win_rate": 0.319, "p": 0.002, "p (Holm)": 0.014, "rejected": True}, "forward", "**forward KL better**", "detectable"),
+    ({"win_rate": 0.62, "p": 0.001, "p (Holm)": 0.01, "rejected": True}, "reverse", "**reverse KL better**", "detectable"),
+    ({"decisive": 0, "se": 0.0, "p": 1.0, "MDE": float("nan")}, "uninformative", "do not vary", "no difference"),
+    ({"n": 0, "win_rate": None}, "empty", "no prompt left", "better"),
+])
+def test_a_view_s_verdict_word_comes_from_holm_not_from_the_seeds(change, category, words, absent):
+    """Every seed below 50 % with p = 0.011 before correction is no verdict once Holm's adjusted p is 0.053 (the
+    recorded run's router_head raw view): the word is the family's, and a null carries its MDE."""
+    cat, text = V.view_verdict(_fam({"raw": change}), "router_head", "raw")
+    assert cat == category and words in text and absent not in text
+    assert cat in V.VIEW_NAMES
+    if cat not in ("empty",):
+        assert "Holm-adjusted p" in text and "family of 14" in text
+
+
+def test_the_family_line_gives_the_nulls_mde_only():
+    fam = V.family(pd.DataFrame({"comparison": ["a", "b", "c"], "p": [1e-6, 0.5, 0.6], "se": [0.10, 0.02, 0.03]}))
+    line = V.family_line(fam)
+    # the rejected row's MDE (0.10 · z_sum ≈ 33 points) is no null's; the nulls' run from 0.02 · z_sum to 0.03 · z_sum
+    lo, hi = (100 * V.mde(se, 3) for se in (0.02, 0.03))
+    assert f"from {lo:.1f} to {hi:.1f} points" in line
+
+
 # ---------------------------------------------------------------- issue 22's records
 
 def test_refusals_name_every_head_not_trained_in_both_arms():

@@ -115,7 +115,7 @@ def family(rows: pd.DataFrame, alpha: float = ALPHA, power: float = POWER) -> pd
 def family_line(fam: pd.DataFrame) -> str:
     m, a = fam.attrs["m"], fam.attrs["alpha"]
     rej = fam[fam["rejected"]]
-    mdes = fam["MDE"].dropna()
+    mdes = fam.loc[~fam["rejected"], "MDE"].dropna()  # the nulls only
     return (f"Family: the **{m}** comparisons whose verdict the chapter states (a comparison left without prompts "
             f"stays outside it). Holm at α = {a:g} (strictest step α/m = {a / max(m, 1):.4f}) rejects 50 % for "
             f"**{len(rej)}** of them" + (f" ({', '.join(rej['comparison'])})" if len(rej) else "")
@@ -267,6 +267,32 @@ def chapter_family(run, heads: pd.DataFrame, trunc: pd.DataFrame, seeds, arms, j
     fam = family(pd.DataFrame(rows))
     fam.attrs["pilot"] = pilot
     return fam
+
+
+VIEW_NAMES = {"reverse": "reverse better (Holm)", "forward": "forward better (Holm)",
+              "none": "not distinguishable (Holm)", "uninformative": "uninformative (all ties)",
+              "empty": "empty (no prompt left)"}
+
+
+def view_verdict(fam: pd.DataFrame, system: str, view: str) -> tuple[str, str]:
+    """(category of :data:`VIEW_NAMES`, sentence) for reverse against forward in one view, from its row of the
+    family: the word from the Holm-adjusted p (never from per-seed intervals or a tolerance), a null with its
+    minimum detectable effect at α/m, a view whose outcomes do not vary *uninformative*, never "no difference"."""
+    r = fam[(fam["kind"] == "forward vs reverse") & (fam["system"] == system) & (fam["view"] == view)]
+    if not len(r) or not int(r["n"].iloc[0]) or r["win_rate"].iloc[0] is None:
+        return "empty", "no prompt left to compare"
+    r = r.iloc[0]
+    wr, dec = float(r["win_rate"]), int(r["decisive"])
+    base = (f"reverse wins {100 * wr:.1f}% pooled over {int(r['seeds'])} seeds ({int(r['n'])} prompts, {dec} not "
+            f"ties; 95% CI [{100 * r['ci_low']:.0f}, {100 * r['ci_high']:.0f}] over seeds × users), "
+            f"p = {float(r['p']):.3g}, Holm-adjusted p = {float(r['p (Holm)']):.3g} (family of {fam.attrs['m']})")
+    if r["rejected"]:
+        side = "reverse" if wr > 0.5 else "forward"
+        return side, f"**{side} KL better** — {base}"
+    if dec == 0 or r["MDE"] != r["MDE"]:
+        return "uninformative", f"uninformative (the outcomes do not vary) — {base}"
+    return "none", (f"not distinguishable — {base}; minimum detectable effect {100 * r['MDE']:.1f} points at α/m "
+                    f"with {fam.attrs['power']:.0%} power")
 
 
 def family_table(fam: pd.DataFrame) -> pd.DataFrame:
