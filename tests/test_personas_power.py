@@ -224,6 +224,7 @@ def test_the_shipped_run_is_of_the_old_form():
     assert has == {"cap": False, "sweep": False, "trained": False, "gradients": False}
     line = I.missing_line(RUN, has)
     assert "those records do not exist for this run" in line and "4 of issue 22's 4" in line
+    assert RUN.name not in line and "/" not in line  # no folder of ours on the intro page
 
 
 def test_a_pilot_without_variation_gives_no_design():

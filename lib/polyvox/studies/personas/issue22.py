@@ -25,8 +25,8 @@ import pandas as pd
 from ...records import read_jsonl
 from . import world as pw
 
-RECORDS = {"cap": "measurement of the generation cap (cap/cap.json)",
-           "sweep": "validation sweep (sweep/chosen/)",
+RECORDS = {"cap": "measurement of the generation cap",  # cap/cap.json
+           "sweep": "validation sweep",  # sweep/chosen/
            "trained": "per-head trained flags (issue 22's rule) in the heads' stage records",
            "gradients": "per-step gradient norms in the heads' step logs"}
 
@@ -51,7 +51,8 @@ def missing_line(run: str | Path, has: dict[str, bool]) -> str | None:
     missing = [RECORDS[k] for k, v in has.items() if not v]
     if not missing:
         return None
-    return (f"Run `{Path(run).name}` has no {'; no '.join(missing)}: those records do not exist for this run "
+    # the run is not named: the line reaches the book's intro page, which names studies, not our folders
+    return (f"This run has no {'; no '.join(missing)}: those records do not exist for this run "
             f"({len(missing)} of issue 22's {len(RECORDS)} records missing); the views that need them are shown only "
             "for runs that have them, and this run is read as it was recorded.")
 
