@@ -79,19 +79,17 @@ def load_embedder(name_or_path: str = DEFAULT_EMBEDDER, device: str = "cpu", cac
     # a local copy is read with local_files_only: nothing asks the hub, and no process-wide
     # HF_HUB_OFFLINE is set behind the caller's back
     model = SentenceTransformer(name_or_path, device=device, trust_remote_code=False, local_files_only=local)
-    digest = PACKAGED_MODEL_SHA256 if local else (sha256_tree_of(name_or_path) if Path(name_or_path).is_dir() else None)
     if cache == "auto":
         cache = EmbeddingCache.default()
     elif isinstance(cache, (str, os.PathLike)):
         cache = EmbeddingCache(cache)
-    model.polyvox_cache = (cache, digest) if cache is not None and digest is not None else None
+    digest = None
+    if cache is not None:  # a folder's files are hashed only when a cache will use the digest
+        from .records import sha256_tree
+
+        digest = PACKAGED_MODEL_SHA256 if local else (sha256_tree(name_or_path) if Path(name_or_path).is_dir() else None)
+    model.polyvox_cache = (cache, digest) if digest is not None else None
     return model
-
-
-def sha256_tree_of(path) -> str:
-    from .records import sha256_tree
-
-    return sha256_tree(path)
 
 
 class EmbeddingCache:
