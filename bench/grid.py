@@ -8,8 +8,10 @@ first seed. Arms, each into a fresh copy of that starting point, in one process 
 
 - ``sequential``: ``polyvox world run --stages hillclimb-panel,hillclimb-think --seeds …`` (one
   process, the stages one after another: the path the pipeline took before the launcher);
-- ``K=k``: the same command with ``--parallel k`` (polyvox.launch: one process per run, k at once);
-  ``K=k+mps`` (``--order``) adds ``--mps``: the workers share the GPU through CUDA's Multi-Process Service.
+- ``K=k``: the same command with ``--parallel k`` (polyvox.launch: k worker processes at once, each
+  serving its runs in turn); ``+mps`` (``--order``, e.g. ``K=8+mps``) adds ``--mps``: the workers share
+  the GPU through CUDA's Multi-Process Service; ``+fresh`` starts a process per run instead
+  (``POLYVOX_LAUNCH_FRESH_PROCESS=1``, the launcher before worker reuse).
 
 Rate = runs ÷ wall minutes, the wall time of the whole command (process start-up, model loading and the
 launcher's polling included). Each arm runs the whole grid unless ``--runs-at`` gives it fewer runs (a
@@ -101,10 +103,13 @@ def run_arm(arm: str, base: Path, out: Path, scale: Path, seeds: list[int]) -> d
     (folder / "READY").unlink()
     cmd = [sys.executable, "-m", "polyvox.cli", "world", "run", "--out", str(folder), "--scale", str(scale),
            "--stages", "hillclimb-panel,hillclimb-think", "--seeds", *map(str, seeds)]
-    if arm != "sequential":  # K=8, or K=8+mps (the workers share the GPU through CUDA's MPS)
-        cmd += ["--parallel", arm.split("=")[1].removesuffix("+mps")] + (["--mps"] if arm.endswith("+mps") else [])
+    env = dict(os.environ)
+    if arm != "sequential":  # K=8, K=8+mps (CUDA's MPS), K=8+fresh (a process per run), K=8+mps+fresh
+        k, *flags = arm.split("=")[1].split("+")
+        cmd += ["--parallel", k] + (["--mps"] if "mps" in flags else [])
+        env["POLYVOX_LAUNCH_FRESH_PROCESS"] = "1" if "fresh" in flags else "0"
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
     wall = time.perf_counter() - t0
     runs = {f"seed-{k}/hillclimb-{a}": _run_seconds(folder / f"seed-{k}" / f"hillclimb-{a}")
             for k in seeds for a in ARMS}

@@ -4,11 +4,13 @@ Parts II–IV run grids of small independent runs (RL seeds × arms, heads × se
 of an H200: the launcher runs them concurrently.
 
 Algorithm. The jobs are a :class:`polyvox.stages.Pipeline`'s stages, one folder each; a job waits
-for the jobs whose folders it reads (:meth:`~polyvox.stages.Pipeline.graph`). Each job runs in a
-process of its own (``python -m polyvox.launch JOB``: it rebuilds the pipeline from its factory and
-runs that one stage under the stage folder's lock, :meth:`~polyvox.stages.Pipeline.run_stage`),
-``per_gpu`` processes at a time on each GPU (``CUDA_VISIBLE_DEVICES`` names one GPU per worker), ready
-jobs started in the pipeline's order. The launcher itself holds the root's lock and writes the root
+for the jobs whose folders it reads (:meth:`~polyvox.stages.Pipeline.graph`). Each GPU slot (``per_gpu``
+per GPU; ``CUDA_VISIBLE_DEVICES`` names one GPU per worker) has a worker process that serves its jobs
+in turn (:mod:`polyvox.launch_worker`: it rebuilds the pipeline from its factory and runs one stage
+under the stage folder's lock, :meth:`~polyvox.stages.Pipeline.run_stage`, then the next), so a grid
+pays a process's start-up once per slot, not once per stage; ready jobs start in the pipeline's order.
+``fresh_process`` (or ``POLYVOX_LAUNCH_FRESH_PROCESS=1``) runs each stage in a process of its own
+(``python -m polyvox.launch JOB``) instead. The launcher itself holds the root's lock and writes the root
 manifest (it runs inside :meth:`Pipeline.run <polyvox.stages.Pipeline.run>`), so a folder still has
 one writer: the root by the launcher, each stage folder by its one worker.
 
@@ -43,6 +45,7 @@ from typing import Callable
 from .statuses import RunStatus
 
 LAUNCH_DIR = "launch"  # under a pipeline's root folder: the launcher's status files and worker logs
+FRESH_ENV = "POLYVOX_LAUNCH_FRESH_PROCESS"  # "1": a process per stage (run_pipeline's fresh_process)
 POLL_S = 0.2
 
 
@@ -52,6 +55,7 @@ class Job:
     name: str
     argv: list[str]
     after: tuple[str, ...] = ()
+    spec: str | None = None  # a pipeline stage's worker spec: with reuse, sent to a worker that serves the slot
 
 
 @dataclass
@@ -110,8 +114,11 @@ def placement(per_gpu: int, gpus: list[str] | None = None) -> Placement:
 
 def run_jobs(jobs: list[Job], where: Placement, logs: Path, *, done: Callable[[str], bool] = lambda name: False,
              others: Callable[[], dict[str, str]] = dict, report: Callable[[list[JobResult]], None] | None = None,
-             progress: bool = True, log_root: Path | None = None) -> list[JobResult]:
+             progress: bool = True, log_root: Path | None = None, reuse: bool = False) -> list[JobResult]:
     """Run ``jobs``, K per GPU slot of ``where``, each once the jobs it runs ``after`` are complete.
+
+    ``reuse``: a job with a ``spec`` is sent to the slot's worker process (:mod:`polyvox.launch_worker`),
+    started on first use and kept for the slot's next jobs; other jobs run in a process of their own.
 
     An ``after`` that is not among ``jobs`` is run elsewhere (another rank, an earlier launch): its state
     comes from ``done(name)`` (complete on disk) and ``others()`` (name → status of other ranks' finished
@@ -119,10 +126,14 @@ def run_jobs(jobs: list[Job], where: Placement, logs: Path, *, done: Callable[[s
     change (the rank's status file). Results come back in the order of ``jobs``."""
     if len({j.name for j in jobs}) != len(jobs):
         raise ValueError("job names must be unique")
+    from .launch_worker import Worker
+
     mine = list(jobs)
     results: dict[str, JobResult] = {}
-    running: dict[str, tuple[subprocess.Popen, float, str | None, object]] = {}
-    free = list(where.slots)
+    running: dict[str, tuple[object, float, int, object]] = {}  # name -> (process or Worker, start, slot, log)
+    slots = where.slots
+    free = list(range(len(slots)))
+    workers: dict[int, Worker] = {}  # slot -> its worker (reuse)
     logs.mkdir(parents=True, exist_ok=True)
     total, t_start = len(mine), time.time()
 
@@ -155,25 +166,33 @@ def run_jobs(jobs: list[Job], where: Placement, logs: Path, *, done: Callable[[s
                     continue
                 if any(s != RunStatus.COMPLETE for s in states):
                     continue
-                gpu = free.pop(0)
-                env = dict(os.environ)
-                env.update(where.extra)  # e.g. the MPS daemon's pipe folder
-                if gpu is not None:
-                    env["CUDA_VISIBLE_DEVICES"] = gpu
-                for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                            "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_RUN_ID"):
-                    env.pop(var, None)  # a worker is a one-process run, whatever launched the launcher
-                log = open(logs / (j.name.replace("/", "__") + ".log"), "w", encoding="utf-8")
-                proc = subprocess.Popen(j.argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                slot = free.pop(0)
+                log_path = logs / (j.name.replace("/", "__") + ".log")
+                if reuse and j.spec is not None:
+                    if slot not in workers or not workers[slot].alive():
+                        workers[slot] = Worker(_worker_env(where, slots[slot]), logs / f"worker-{slot}.log")
+                    workers[slot].send(j.spec, log_path)
+                    running[j.name] = (workers[slot], time.time(), slot, None)
+                    continue
+                log = open(log_path, "w", encoding="utf-8")
+                proc = subprocess.Popen(j.argv, stdout=log, stderr=subprocess.STDOUT, env=_worker_env(where, slots[slot]),
                                         start_new_session=True)
-                running[j.name] = (proc, time.time(), gpu, log)
-            for name, (proc, t0, gpu, log) in list(running.items()):
-                rc = proc.poll()
+                running[j.name] = (proc, time.time(), slot, log)
+            for name, (proc, t0, slot, log) in list(running.items()):
+                if isinstance(proc, Worker):
+                    got = proc.result()
+                    rc = None if got is None else got["rc"]
+                    if rc:  # a failed stage ends its worker (or it died): the slot's next job gets a fresh one
+                        workers.pop(slot).close()
+                else:
+                    rc = proc.poll()
                 if rc is None:
                     continue
-                log.close()
+                if log is not None:
+                    log.close()
                 del running[name]
-                free.append(gpu)
+                free.append(slot)
+                gpu = slots[slot]
                 status = RunStatus.COMPLETE if rc == 0 else RunStatus.FAILED
                 # the log's path relative to the run folder (launch/rank-<r>/<job>.log): a run folder moves whole
                 log_path = logs / (name.replace("/", "__") + ".log")
@@ -182,67 +201,94 @@ def run_jobs(jobs: list[Job], where: Placement, logs: Path, *, done: Callable[[s
             if len(results) < total:
                 time.sleep(POLL_S)
     except BaseException:
-        _stop(running)
-        for name, (_p, t0, gpu, _log) in running.items():
-            results[name] = JobResult(name, RunStatus.INTERRUPTED, round(time.time() - t0, 2), gpu, rank=where.rank)
+        _stop(running, workers)
+        for name, (_p, t0, slot, _log) in running.items():
+            results[name] = JobResult(name, RunStatus.INTERRUPTED, round(time.time() - t0, 2), slots[slot],
+                                      rank=where.rank)
         if report is not None:
             report(list(results.values()))
         raise
+    for w in workers.values():
+        w.close()
     if progress:
         print(f"rank {where.rank}: {total} jobs in {time.time() - t_start:.1f} s", flush=True)
     return [results[j.name] for j in mine]
 
 
-def _stop(running: dict) -> None:
-    """SIGTERM every worker's process group, then SIGKILL what is left after 10 s."""
-    for proc, *_ in running.values():
+def _worker_env(where: Placement, gpu: str | None) -> dict:
+    env = dict(os.environ)
+    env.update(where.extra)  # e.g. the MPS daemon's pipe folder
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_RUN_ID"):
+        env.pop(var, None)  # a worker is a one-process run, whatever launched the launcher
+    return env
+
+
+def _stop(running: dict, workers: dict) -> None:
+    """SIGTERM every worker's process group (idle reused workers too), then SIGKILL what is left after 10 s."""
+    procs = {id(p): p for p, *_ in running.values()} | {id(w): w for w in workers.values()}
+    for proc in procs.values():
         try:
             os.killpg(proc.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
     deadline = time.time() + 10
-    for proc, *_rest, log in running.values():
+    for proc in procs.values():
+        popen = proc.proc if hasattr(proc, "send") else proc
         try:
-            proc.wait(timeout=max(0.0, deadline - time.time()))
+            popen.wait(timeout=max(0.0, deadline - time.time()))
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
+            os.killpg(popen.pid, signal.SIGKILL)
+            popen.wait()
+    for *_rest, log in running.values():
+        if log is not None:
+            log.close()
+
+
+def worker_spec(factory: str, kwargs: dict, folder: str) -> str:
+    """The stage at ``folder`` of the pipeline ``factory(**kwargs)`` (JSON values), as a worker reads it."""
+    return json.dumps({"factory": factory, "kwargs": kwargs, "folder": folder}, sort_keys=True)
 
 
 def worker_argv(factory: str, kwargs: dict, folder: str) -> list[str]:
-    """The command that runs the stage at ``folder`` of the pipeline ``factory(**kwargs)`` (JSON values)."""
-    spec = json.dumps({"factory": factory, "kwargs": kwargs, "folder": folder}, sort_keys=True)
-    return [sys.executable, "-m", "polyvox.launch", spec]
+    """The command that runs the stage at ``folder`` of the pipeline ``factory(**kwargs)`` in a process of its own."""
+    return [sys.executable, "-m", "polyvox.launch", worker_spec(factory, kwargs, folder)]
 
 
 def run_pipeline(pipeline, names, factory: str, kwargs: dict, per_gpu: int = 1, gpus: list[str] | None = None,
-                 progress: bool = True, mps: bool = False) -> dict[str, float | None]:
+                 progress: bool = True, mps: bool = False, fresh_process: bool | None = None) -> dict[str, float | None]:
     """Run ``pipeline``'s stages ``names`` with K = ``per_gpu`` workers per GPU (see the module docstring).
 
     ``factory`` ("module:function") and ``kwargs`` rebuild the same pipeline in each worker. ``mps``: the
-    workers share each GPU through CUDA's Multi-Process Service (:func:`mps_daemon`). Returns seconds
-    per stage folder; raises when a job failed (after every job that could run has run)."""
+    workers share each GPU through CUDA's Multi-Process Service (:func:`mps_daemon`). ``fresh_process``: a
+    process per stage instead of workers that serve their slot's stages in turn (:mod:`polyvox.launch_worker`);
+    None reads ``POLYVOX_LAUNCH_FRESH_PROCESS`` (``1``: fresh). Returns seconds per stage folder; raises when a
+    job failed (after every job that could run has run)."""
+    if fresh_process is None:
+        fresh_process = os.environ.get(FRESH_ENV, "") == "1"
     where = placement(per_gpu, gpus)
     todo = pipeline.todo(names)
     pipeline.check(todo)  # every rank validates; rank 0 alone takes the root lock and writes the root manifest
     if not mps:
-        return _launch(pipeline, todo, factory, kwargs, where, progress)
+        return _launch(pipeline, todo, factory, kwargs, where, progress, not fresh_process)
     with mps_daemon(pipeline.out, where) as env:
         where.extra.update(env)
-        return _launch(pipeline, todo, factory, kwargs, where, progress)
+        return _launch(pipeline, todo, factory, kwargs, where, progress, not fresh_process)
 
 
-def _launch(pipeline, todo, factory, kwargs, where: Placement, progress: bool) -> dict[str, float | None]:
+def _launch(pipeline, todo, factory, kwargs, where: Placement, progress: bool, reuse: bool) -> dict[str, float | None]:
     root = Path(pipeline.out) / LAUNCH_DIR
     dist = _group(where)
 
     def jobs_of(p) -> list[Job]:
-        return [Job(folder, worker_argv(factory, kwargs, folder), after) for folder, after in p.graph(todo)]
+        return [Job(folder, worker_argv(factory, kwargs, folder), after, worker_spec(factory, kwargs, folder))
+                for folder, after in p.graph(todo)]
 
     def execute(p, todo) -> dict:
         _barrier(dist)  # the root manifest is written: the other ranks may start
-        results = _run_rank(p, jobs_of(p), where, root, progress)
+        results = _run_rank(p, jobs_of(p), where, root, progress, reuse)
         _barrier(dist)
         return _finish(p, _gather(dist, results))
 
@@ -250,7 +296,7 @@ def _launch(pipeline, todo, factory, kwargs, where: Placement, progress: bool) -
         if where.rank == 0:
             return pipeline.run(todo, execute=execute)
         _barrier(dist)
-        results = _run_rank(pipeline, jobs_of(pipeline), where, root, progress)
+        results = _run_rank(pipeline, jobs_of(pipeline), where, root, progress, reuse)
         _barrier(dist)
         _gather(dist, results)
         return {r.name: r.seconds for r in results}
@@ -288,7 +334,7 @@ def mps_daemon(out, where: Placement):
             subprocess.run([exe], input="quit\n", text=True, env=full, timeout=60)
 
 
-def _run_rank(p, jobs, where: Placement, root: Path, progress: bool) -> list[JobResult]:
+def _run_rank(p, jobs, where: Placement, root: Path, progress: bool, reuse: bool = True) -> list[JobResult]:
     status = root / f"rank-{where.rank}.json"
 
     def done(name: str) -> bool:
@@ -316,7 +362,7 @@ def _run_rank(p, jobs, where: Placement, root: Path, progress: bool) -> list[Job
     # not relaunched (a job after one of them finds it complete through done())
     share = [j for i, j in enumerate(jobs) if i % where.world == where.rank and not done(j.name)]
     return run_jobs(share, where, root / f"rank-{where.rank}", done=done, others=others, report=report,
-                    progress=progress, log_root=Path(p.out))
+                    progress=progress, log_root=Path(p.out), reuse=reuse)
 
 
 def _finish(p, results: list[JobResult]) -> dict[str, float | None]:
@@ -357,13 +403,10 @@ def _gather(dist, results: list[JobResult]) -> list[JobResult]:
 
 
 def _worker(spec_text: str) -> int:
-    """One job: rebuild the pipeline from its factory and run the one stage (see :func:`worker_argv`)."""
-    import importlib
-    spec = json.loads(spec_text)
-    module, _, name = spec["factory"].partition(":")
-    pipeline = getattr(importlib.import_module(module), name)(**spec["kwargs"])
-    seconds = pipeline.run_stage(spec["folder"])
-    print(f"{spec['folder']}: done ({seconds} s)", flush=True)
+    """One job in a process of its own (see :func:`worker_argv`)."""
+    from .launch_worker import run_one
+
+    run_one(spec_text)
     return 0
 
 

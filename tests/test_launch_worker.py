@@ -1,0 +1,102 @@
+"""polyvox.launch_worker: a slot's worker process serves its stages in turn (real processes).
+
+A toy pipeline module written into tmp_path (on the workers' PYTHONPATH) records, for each stage, the
+worker's pid and the stage's start and end; a stage named ``fail-*`` raises, one named ``die-*`` kills
+its own process (SIGKILL), as a crash or the OOM killer would.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from polyvox import launch
+from polyvox.statuses import RunStatus
+
+TOY = '''
+import json, os, signal, time
+from pathlib import Path
+
+class Toy:
+    def __init__(self, out):
+        self.out = Path(out)
+
+    def run_stage(self, folder):
+        t0 = time.time()
+        print(f"stage {folder} in {os.getpid()}", flush=True)
+        os.write(2, b"from C level\\n")
+        if folder.startswith("fail"):
+            raise RuntimeError(f"{folder} failed on purpose")
+        if folder.startswith("die"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(0.3)
+        (self.out / f"{folder}.json").write_text(json.dumps({"pid": os.getpid(), "span": [t0, time.time()]}))
+        return 0.3
+
+def pipeline(out):
+    return Toy(out)
+'''
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch):
+    (tmp_path / "toy_pipeline.py").write_text(TOY)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *sys.path]))
+    return tmp_path
+
+
+def _jobs(out, names, after=None):
+    after = after or {}
+    return [launch.Job(n, launch.worker_argv("toy_pipeline:pipeline", {"out": str(out)}, n), tuple(after.get(n, ())),
+                       launch.worker_spec("toy_pipeline:pipeline", {"out": str(out)}, n)) for n in names]
+
+
+def _rec(out, name):
+    return json.loads((out / f"{name}.json").read_text())
+
+
+def test_two_slots_serve_five_stages_from_two_processes_in_order(toy):
+    names = ["a0", "a1", "a2", "a3", "z"]
+    res = launch.run_jobs(_jobs(toy, names, {"z": ["a0", "a3"]}), launch.Placement(per_gpu=2), toy / "logs",
+                          progress=False, reuse=True)
+    assert [r.status for r in res] == [RunStatus.COMPLETE] * 5
+    assert len({_rec(toy, n)["pid"] for n in names}) == 2  # one process per slot, not per stage
+    assert _rec(toy, "z")["span"][0] >= max(_rec(toy, "a0")["span"][1], _rec(toy, "a3")["span"][1])
+    log = (toy / "logs" / "a2.log").read_text()  # each stage's own log, C-level output included
+    assert "stage a2 in" in log and "from C level" in log and "stage a1" not in log
+
+
+def test_without_reuse_every_stage_has_a_process_of_its_own(toy):
+    names = ["a0", "a1", "a2"]
+    res = launch.run_jobs(_jobs(toy, names), launch.Placement(per_gpu=1), toy / "logs", progress=False, reuse=False)
+    assert [r.status for r in res] == [RunStatus.COMPLETE] * 3
+    assert len({_rec(toy, n)["pid"] for n in names}) == 3
+
+
+def test_a_failed_stage_ends_its_worker_and_the_next_stage_gets_a_fresh_one(toy):
+    names = ["a0", "fail-1", "after", "a2"]
+    res = {r.name: r for r in launch.run_jobs(_jobs(toy, names, {"after": ["fail-1"]}), launch.Placement(per_gpu=1),
+                                              toy / "logs", progress=False, reuse=True)}
+    assert res["fail-1"].status == RunStatus.FAILED and res["fail-1"].returncode == 1
+    assert res["after"].status == launch.SKIPPED
+    assert res["a0"].status == res["a2"].status == RunStatus.COMPLETE
+    assert _rec(toy, "a0")["pid"] != _rec(toy, "a2")["pid"]  # one slot: a2 ran in a fresh worker
+    assert "RuntimeError: fail-1 failed on purpose" in (toy / "logs" / "fail-1.log").read_text()
+
+
+def test_a_worker_killed_mid_stage_fails_that_stage_only(toy):
+    names = ["a0", "die-1", "a2", "a3"]
+    res = {r.name: r for r in launch.run_jobs(_jobs(toy, names), launch.Placement(per_gpu=1), toy / "logs",
+                                              progress=False, reuse=True)}
+    assert res["die-1"].status == RunStatus.FAILED and res["die-1"].returncode != 0
+    assert [res[n].status for n in ("a0", "a2", "a3")] == [RunStatus.COMPLETE] * 3
+    assert _rec(toy, "a2")["pid"] == _rec(toy, "a3")["pid"] != _rec(toy, "a0")["pid"]
+
+
+def test_workers_exit_when_the_launch_ends(toy):
+    launch.run_jobs(_jobs(toy, ["a0", "a1"]), launch.Placement(per_gpu=2), toy / "logs", progress=False, reuse=True)
+    for pid in {_rec(toy, n)["pid"] for n in ("a0", "a1")}:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
