@@ -9,7 +9,8 @@
   cap (``finish_reason == "length"`` in the ``gen/<unit>/rollouts.jsonl`` the system's answer came
   from);
 - :func:`outcomes` / :func:`summarize`: per-prompt judge outcomes of a recorded comparison (from
-  the judge's cache, no new calls) so that win rates can be recomputed on subsets of prompts, with
+  the judge's cache, no new calls; the rubric's ``judge/`` or a recorded judge's own folder, e.g. the judge
+  model's ``judge-by-model/``) so that win rates can be recomputed on subsets of prompts, with
   a bootstrap CI over prompts or over users (``groups="user"``: a test user writes several prompts);
 - :func:`with_correctness`: those outcomes with whether each side's answer has the right number;
 - :func:`verdict`: the forward-vs-reverse verdict with a tolerance, as a category and a sentence;
@@ -139,11 +140,18 @@ def unit_cap_hits(run: str | Path) -> pd.DataFrame:
 
 # ---------------------------------------------------------------- per-prompt outcomes
 
+def verdicts_folder(judge_) -> str:
+    """The run's folder holding ``judge_``'s verdicts: its ``verdicts_folder`` (a recorded judge, e.g. the judge
+    model's ``judge-by-model``, :func:`.issue22.model_judge`), else ``judge`` (the scale's judge)."""
+    return getattr(judge_, "verdicts_folder", "judge")
+
+
 def outcomes(run: str | Path, a: str, b: str, judge_) -> pd.DataFrame:
     """Per-prompt outcomes of A (``systems/<file>.jsonl:<system>``, relative to ``run``) against B,
-    read from the run's judge cache (no new calls)."""
+    read from the run's cache of ``judge_``'s verdicts (no new calls): ``judge/`` for the scale's judge, the
+    judge's own ``verdicts_folder`` for a recorded one (:func:`verdicts_folder`)."""
     run = Path(run)
-    return judge.outcomes(str(run / a), str(run / b), run / "judge", judge_)
+    return judge.outcomes(str(run / a), str(run / b), run / verdicts_folder(judge_), judge_)
 
 
 def summarize(df: pd.DataFrame, n_boot: int = 1000, groups: str | None = None) -> dict:

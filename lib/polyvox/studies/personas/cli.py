@@ -4,11 +4,14 @@
     polyvox judge run   --a FILE:SYSTEM --b FILE:SYSTEM --out DIR [--judge ...] [--retry-unparseable]
     polyvox judge tally --a FILE:SYSTEM --b FILE:SYSTEM --out DIR [--by pick_size,preference]
     polyvox judge tally --run data/runs/personas-h200          # every comparison of a recorded run
+    polyvox judge tally --run DIR --judge model                # the same, by the run's judge model (judge-by-model/)
     polyvox personas run --scale cpu --out DIR [--stages router,heads,generate,systems,judge]
 
 ``--judge rubric`` is the persona world's program judge (free); ``--judge openai`` asks a
 model behind any OpenAI-compatible endpoint (``--base-url``, ``--model``, the key read from
-the variable ``--api-key-env`` names).
+the variable ``--api-key-env`` names). ``--judge model`` (``tally --run`` only) reads the verdicts the
+run's judge model recorded (issue 22, item 4: ``judge-by-model/``, keyed by the identity its stage record
+holds; nothing is loaded or asked); a run without them is refused in one line.
 """
 from __future__ import annotations
 
@@ -31,17 +34,39 @@ def _judge(args):
                                 "max_tokens": args.max_tokens})
 
 
+def _run_judge(args, run: Path, s: dict):
+    """(judge, the run's folder of its verdicts) for ``tally --run``: the rubric's (or an openai judge's) in
+    ``judge/``; with ``--judge model`` the judge model's recorded verdicts in ``judge-by-model/``, refused in one
+    line when the run has none."""
+    if args.judge != "model":
+        return _judge(args), "judge"
+    from . import issue22
+
+    j = issue22.model_judge(run)
+    if j is None:
+        why = ("its scale has no judge_model section" if s.get("judge_model") is None else
+               "run its judge stage with the scale's judge_model")
+        raise ValueError(f"judge tally --judge model: {run} has no complete {issue22.MODEL_VERDICTS}/ (the judge "
+                         f"model's verdicts; {why}); --judge rubric tallies its judge/")
+    return j, j.verdicts_folder
+
+
 def _cmd_judge(args) -> int:
     from ... import judge
     from . import pipeline
 
+    if args.judge == "model" and not (args.action == "tally" and args.run):
+        raise ValueError("judge: --judge model reads a personas run's recorded judge-model verdicts; "
+                         "use it with tally --run DIR")
     if args.action == "tally" and args.run:
         run = Path(args.run)
         s = pipeline.load_scale(run / "scale.yaml")
-        j = _judge(args)
+        j, folder = _run_judge(args, run, s)
+        if args.judge == "model":
+            print(f"# judge: the run's judge model, its recorded verdicts in {folder}/")
         for name, a, b in pipeline.comparisons(s, run / "systems"):
             # the run's own resamples, over test users (a user writes several prompts): the chapter's CIs
-            t = judge.tally(a, b, run / "judge", j, by=args.by or pipeline.BY,
+            t = judge.tally(a, b, run / folder, j, by=args.by or pipeline.BY,
                             n_boot=s["judge"]["n_boot"] if args.n_boot is None else args.n_boot,
                             groups=args.groups or "user")
             print(f"== {name}")
@@ -117,7 +142,9 @@ def add_commands(subparsers) -> None:
     j.add_argument("--b", type=_system_spec, help="FILE:SYSTEM")
     j.add_argument("--out", help="verdicts folder (verdicts.jsonl, manifest.json)")
     j.add_argument("--run", type=_run_folder, help="tally: every comparison of a personas run folder")
-    j.add_argument("--judge", choices=("rubric", "openai"), default="rubric")
+    j.add_argument("--judge", choices=("rubric", "openai", "model"), default="rubric",
+                   help="rubric (default), openai, or model: with tally --run, the run's judge model's recorded "
+                        "verdicts (judge-by-model/)")
     j.add_argument("--base-url", type=config.url, default="http://127.0.0.1:8000")
     j.add_argument("--model")
     j.add_argument("--api-key-env", type=config.env_name, default="OPENAI_API_KEY")

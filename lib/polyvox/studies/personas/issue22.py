@@ -14,6 +14,13 @@ A run of the new form (a scale whose ``distill`` names ``cap`` / ``sweep``, :mod
 :func:`form` says which of these a run has and :func:`missing_line` says, in one computed line, what a
 run of the old form (the shipped ``data/runs/personas-h200``) lacks. :func:`refusals` lists the heads
 not trained in both arms: the chapter refuses the forward-vs-reverse comparison for them.
+
+Item 4, the judge model (:mod:`.judging`), where a run has it: :func:`model_judge` reads its verdicts
+(``judge-by-model/``) as a :class:`RecordedJudge` that :mod:`.analysis` and :mod:`.verdicts` take in place of the
+rubric; :func:`calibration` reads its ``calibration.json`` (held-out pairs: agreement with the truth and the rubric,
+flip rate, first-shown rate, length bias), shown by :func:`calibration_table` and :func:`length_table`;
+:func:`judges` is the stated rule by which it judges or not, :func:`model_judge_line` says so in words, and
+:func:`no_model_judge_line` is the one line for a run without it (the shipped ``data/runs/personas-h200``).
 """
 from __future__ import annotations
 
@@ -24,6 +31,7 @@ import pandas as pd
 
 from ...records import read_jsonl
 from . import world as pw
+from .judging import MODEL_VERDICTS  # judge-by-model: the judge model's verdicts beside the rubric's judge/
 
 RECORDS = {"cap": "measurement of the generation cap",  # cap/cap.json
            "sweep": "validation sweep",  # sweep/chosen/
@@ -191,3 +199,188 @@ def gradient_line(ev: pd.DataFrame) -> str:
         r = t.loc["forward", "first-token grad norm (median)"] / t.loc["reverse", "first-token grad norm (median)"]
         ratio = f"; forward's is {r:,.0f} × reverse's" if r >= 10 else f"; forward's is {r:.2g} × reverse's"
     return "Test heads, medians over every logged step — " + "; ".join(parts) + ratio + "."
+
+
+# ---------------------------------------------------------------- the judge model (issue 22, item 4)
+
+FLIP_MAX = 0.25  # the judge model judges only if its flip rate's 95% Wilson interval lies at or below this
+CALIBRATION_ROWS = (  # (calibration.json key, what the chapter calls it)
+    ("agreement_truth", "agreement with the ground truth (pairs, both orders folded)"),
+    ("agreement_rubric", "agreement with the rubric (pairs, both orders folded)"),
+    ("call_agreement_truth", "agreement with the ground truth (per call, each order alone)"),
+    ("call_agreement_rubric", "agreement with the rubric (per call, each order alone)"),
+    ("rubric_agreement_truth", "the rubric's own agreement with the ground truth (pairs)"),
+    ("true_tie_share", "true ties among the pairs (what an always-tie judge agrees on)"),
+    ("flip_rate", "flip rate: verdict changes when A and B swap (pairs)"),
+    ("first_pick", "first-shown answer picked (decisive calls)"),
+    ("longer_pick", "longer answer picked by the judge model (decisive calls)"),
+    ("longer_pick_truth", "longer answer picked by the ground truth (decisive labels)"))
+
+
+class RecordedJudge:
+    """A judge as a run recorded its verdicts: the identity its verdicts are keyed by and the run's folder that
+    holds them (:attr:`verdicts_folder`, read by :func:`.analysis.outcomes`). It reads; it never judges."""
+
+    name = "recorded"
+
+    def __init__(self, identity: dict, verdicts_folder: str, label: str):
+        self._identity, self.verdicts_folder, self.label = dict(identity), verdicts_folder, label
+
+    def identity(self) -> dict:
+        return dict(self._identity)
+
+    def ask(self, calls, attempt: int = 0):
+        raise RuntimeError(f"{self.label}: a recorded judge reads its verdicts in {self.verdicts_folder}/; "
+                           "it makes no calls")
+
+    def parse(self, raw: str) -> str | None:
+        from ...judge.judges import parse_verdict
+
+        return parse_verdict(raw)
+
+
+def _record(path: Path) -> dict:
+    """A JSON object read from ``path`` ({} when it is missing or not one)."""
+    from ...records import RecordError, read_json
+
+    try:
+        data = read_json(path) if path.is_file() else {}
+    except RecordError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def model_judge(run: str | Path) -> RecordedJudge | None:
+    """The judge model's verdicts of a run (``judge-by-model/``: its complete stage record, whose ``identity``
+    keys the verdicts, and its ``tallies.json``) as a :class:`RecordedJudge`; None when the run has none."""
+    folder = Path(run) / MODEL_VERDICTS
+    rec = _record(folder / "stage.json")
+    if rec.get("status") != "complete" or not isinstance(rec.get("identity"), dict) \
+            or not (folder / "tallies.json").is_file():
+        return None
+    return RecordedJudge(rec["identity"], MODEL_VERDICTS, "judge model")
+
+
+def model_judge_folder(run: str | Path, s: dict | None = None) -> Path | None:
+    """The judge model's folder (``judge-model/<size>-<digest>/``) whose verdicts ``judge-by-model/`` holds: the
+    input its stage record names, else the scale's (:func:`.judging.judge_model_folder`); None without either."""
+    run = Path(run)
+    inputs = _record(run / MODEL_VERDICTS / "stage.json").get("settings", {}).get("inputs", {})
+    named = sorted(k for k in inputs if k.startswith("judge-model/")) if isinstance(inputs, dict) else []
+    if named:
+        return run / named[0]
+    if s is not None and s.get("judge_model") is not None:
+        from .judging import judge_model_folder
+
+        return judge_model_folder(run, s)
+    return None
+
+
+def calibration(run: str | Path, s: dict | None = None) -> dict | None:
+    """The judge model's ``model/calibration.json`` (:mod:`.judge_calibration`), or None when the run has none."""
+    folder = model_judge_folder(run, s)
+    if folder is None:
+        return None
+    from .judge_calibration import FILE
+
+    cal = _record(folder / "model" / FILE)
+    return cal if all(k in cal for k, _ in CALIBRATION_ROWS) else None
+
+
+def model_judge_form(run: str | Path, s: dict | None = None) -> dict[str, bool]:
+    """Whether the run has the judge model's verdicts (``judge-by-model/``), its calibration, and whether that
+    calibration is of the model whose verdicts are recorded (the same weights)."""
+    j, cal = model_judge(run), calibration(run, s)
+    same = bool(j and cal and cal.get("held", {}).get("judge", {}).get("weights_sha256")
+                == j.identity().get("weights_sha256"))
+    return {"verdicts": j is not None, "calibration": cal is not None, "same model": same}
+
+
+def no_model_judge_line(run: str | Path, s: dict | None = None) -> str | None:
+    """One computed line for a run whose judge model cannot be read beside the rubric (None when it can)."""
+    has = model_judge_form(run, s)
+    if all(has.values()):
+        return None
+    if not has["verdicts"]:
+        why = (f"no {MODEL_VERDICTS}/ (the judge model's verdicts)"
+               + ("" if has["calibration"] else " and no judge-model calibration")
+               + ("; its scale has no judge_model section" if s is not None and s.get("judge_model") is None else ""))
+        return (f"This run has no model judge: it records {why}, so every verdict on this page is the rubric "
+                "judge's.")
+    why = ("no calibration of its judge model (judge-model/…/model/calibration.json)" if not has["calibration"] else
+           "a calibration of other weights than the judge model whose verdicts it records")
+    return (f"This run has the judge model's verdicts ({MODEL_VERDICTS}/) but {why}: the judge model is not "
+            "known to judge, its verdicts are not read here, and every verdict on this page is the rubric judge's.")
+
+
+def _interval(r: dict, lo: str = "low", hi: str = "high") -> str:
+    return "" if r.get(lo) is None else f"[{100 * r[lo]:.0f}, {100 * r[hi]:.0f}]"
+
+
+def calibration_table(cal: dict) -> pd.DataFrame:
+    """One row per rate of the calibration (:data:`CALIBRATION_ROWS`): k of n, the rate, its Wilson 95% interval
+    and, for the pair rates, the interval of a bootstrap that resamples users."""
+    return pd.DataFrame([{"measure": label, "k": cal[m]["k"], "n": cal[m]["n"], "rate": cal[m]["rate"],
+                          "95% CI (Wilson)": _interval(cal[m]),
+                          "95% CI (users)": _interval(cal[m], "user_low", "user_high")}
+                         for m, label in CALIBRATION_ROWS])
+
+
+def length_table(cal: dict) -> pd.DataFrame:
+    """Per bin of the length difference (words of A − words of B) of the calibration's calls: calls, the
+    judge model's verdicts, and the share of A among its decisive verdicts beside the ground truth's."""
+    rows = []
+    for b in cal["length_bins"]:
+        lo, hi = (("−∞" if b["lo"] is None else f"{b['lo']:g}".replace("-", "−")),
+                  ("∞" if b["hi"] is None else f"{b['hi']:g}".replace("-", "−")))
+        v = b["verdicts"]
+        rows.append({"words A − B": f"[{lo}, {hi})", "calls": b["calls"],
+                     "A / B / tie / unparseable": f"{v['A']} / {v['B']} / {v['tie']} / {v['unparseable']}",
+                     "judge: share of A": b["judge_a"]["rate"], "judge n": b["judge_a"]["n"],
+                     "truth: share of A": b["truth_a"]["rate"], "truth n": b["truth_a"]["n"]})
+    return pd.DataFrame(rows)
+
+
+def _pct(r: dict) -> str:
+    return "n = 0" if r.get("rate") is None else f"{100 * r['rate']:.1f}% {_interval(r)} ({r['k']} of {r['n']})"
+
+
+def judges(cal: dict, flip_max: float = FLIP_MAX) -> tuple[bool, list[str]]:
+    """Whether the judge model judges, by a stated rule on its calibration: its agreement with the ground truth
+    lies above the share of true ties (what a judge that always folds to a tie reaches: Wilson lower bound above
+    it) and its flip rate is at most ``flip_max`` (Wilson upper bound). Returns (judges, the reasons it fails)."""
+    agree, ties, flip = cal["agreement_truth"], cal["true_tie_share"], cal["flip_rate"]
+    why = []
+    if agree["rate"] is None:
+        why.append("no held-out pair has both orders' verdicts parsed")
+    elif not agree["low"] > ties["rate"]:
+        why.append(f"its agreement with the ground truth, {_pct(agree)}, does not lie above the "
+                   f"{100 * ties['rate']:.1f}% of pairs that are true ties (what a judge that always folds to a tie "
+                   "reaches)")
+    if flip["rate"] is None:
+        why.append("its flip rate is not measured (no pair with both orders parsed)")
+    elif flip["high"] > flip_max:
+        why.append(f"its verdict flips when A and B swap on {_pct(flip)} of pairs, an interval reaching above "
+                   f"{100 * flip_max:.0f}%")
+    return not why, why
+
+
+def model_judge_line(cal: dict, flip_max: float = FLIP_MAX) -> str:
+    """The calibration in words and whether the judge model judges (:func:`judges`), every number from ``cal``."""
+    ok, why = judges(cal, flip_max)
+    v, r = cal["verdicts"], {m: _pct(cal[m]) for m, _ in CALIBRATION_ROWS}
+    head = (f"Calibrated on **{cal['pairs']} held-out pairs** of {cal['users']} {cal['split']} users ({cal['calls']} "
+            f"calls, both orders: {v['A']} A, {v['B']} B, {v['tie']} tie, {v['unparseable']} unparseable). "
+            f"Agreement with the ground truth {r['agreement_truth']}, with the rubric {r['agreement_rubric']} (the "
+            f"rubric's own with the truth: {r['rubric_agreement_truth']}); true ties {r['true_tie_share']}. Position: "
+            f"flip rate {r['flip_rate']}; of its decisive calls it picks the answer shown first in {r['first_pick']}. "
+            f"Length: it picks the longer answer in {r['longer_pick']} of its decisive calls, the ground truth in "
+            f"{r['longer_pick_truth']}. ")
+    rule = (f"(rule: agreement with the truth above the share of true ties, and a flip rate at most "
+            f"{100 * flip_max:.0f}%, both by their 95% Wilson intervals)")
+    if ok:
+        return head + (f"**The judge model judges** {rule}: its verdicts are shown beside the rubric's below; the "
+                       "page's conclusions (section 7b) are the rubric's, and the table shows where the two judges' "
+                       "verdicts agree.")
+    return head + (f"**The judge model does not judge** {rule}: " + "; ".join(why) + ". Its verdicts are shown "
+                   "beside the rubric's below but not used for any conclusion.")

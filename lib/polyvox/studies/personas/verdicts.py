@@ -20,6 +20,8 @@ and users are *crossed*, and a user's prompts are not independent (the same user
   z test for a difference ``effect`` from 50 %; the fewest seeds (at least :data:`MIN_SEEDS`) for which some
   number of users reaches the power, then the fewest users (a design-effect calculation: users, not
   prompts, are the unit that shrinks σ_user²);
+- :func:`side_by_side`: the family computed with each of two judges (the rubric and, where a run has it, the
+  judge model's recorded verdicts, :func:`.issue22.model_judge`), each row's Holm verdict beside the other's;
 - :func:`answer`: the study's question (forward vs reverse) is answered for a system only when its
   primary view has prompts, at least :data:`MIN_SEEDS` seeds, and either Holm rejects 50 % (the side is
   the answer) or the null's MDE is at most :data:`EFFECT` (no difference of that size); otherwise it is
@@ -299,11 +301,61 @@ def family_table(fam: pd.DataFrame) -> pd.DataFrame:
     """The family for display: win rate, pooled interval, p, Holm p, rejected, MDE (points)."""
     t = fam[["comparison", "n", "seeds", "users"]].copy()
     t["win rate %"] = [None if w is None else round(100 * w, 1) for w in fam["win_rate"]]
-    t["95% CI (seeds × users)"] = ["" if w is None else f"[{100 * lo:.0f}, {100 * hi:.0f}]"
+    t["95% CI (seeds × users)"] = ["" if pd.isna(w) else f"[{100 * lo:.0f}, {100 * hi:.0f}]"
                                    for w, lo, hi in zip(fam["win_rate"], fam["ci_low"], fam["ci_high"])]
     t["p"], t["p (Holm)"], t["rejected"] = fam["p"], fam["p (Holm)"], fam["rejected"]
     t["MDE (points)"] = (100 * fam["MDE"]).round(1)
     return t
+
+
+def holm_word(r) -> str:
+    """A family row's verdict in words, from its Holm-adjusted p: A's win rate above or below 50 %, not
+    rejected, uninformative (outcomes that do not vary) or no prompts."""
+    if not int(r["n"]) or pd.isna(r["win_rate"]):
+        return "no prompts"
+    if r["rejected"]:
+        return "above 50%" if float(r["win_rate"]) > 0.5 else "below 50%"
+    if not int(r["decisive"]) or pd.isna(r["MDE"]):
+        return "uninformative"
+    return "not rejected"
+
+
+def side_by_side(fams: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """The family (:func:`chapter_family`) computed with each judge (name → family, the same comparisons), side by
+    side: per comparison and judge the prompts scored (``n``: an unparseable verdict scores none), A's win rate,
+    its pooled interval, the Holm-adjusted p within that judge's family and its word (:func:`holm_word`);
+    ``same verdict``: whether the judges' words agree."""
+    names = list(fams)
+    order = list(fams[names[0]]["comparison"])
+    for name in names[1:]:
+        if sorted(fams[name]["comparison"]) != sorted(order):
+            raise ValueError(f"side_by_side: the {name!r} family's comparisons are not the {names[0]!r} family's")
+    out = pd.DataFrame({"comparison": order})
+    words = {}
+    for name, fam in fams.items():
+        t = family_table(fam).set_index("comparison").loc[order]
+        words[name] = [holm_word(r) for _, r in fam.set_index("comparison").loc[order].reset_index().iterrows()]
+        out[f"{name}: n"] = t["n"].to_numpy()
+        out[f"{name}: win rate %"] = t["win rate %"].to_numpy()
+        out[f"{name}: 95% CI"] = t["95% CI (seeds × users)"].to_numpy()
+        out[f"{name}: p (Holm)"] = t["p (Holm)"].to_numpy()
+        out[f"{name}: verdict"] = words[name]
+    out["same verdict"] = [len({words[n][i] for n in names}) == 1 for i in range(len(order))]
+    return out
+
+
+def side_by_side_line(sbs: pd.DataFrame, names) -> str:
+    """:func:`side_by_side` in words: on how many of the family's comparisons the judges' Holm verdicts agree,
+    and where they do not."""
+    a, b = list(names)[:2]
+    differ = sbs[~sbs["same verdict"]]
+    same_n = int((sbs[f"{a}: n"] == sbs[f"{b}: n"]).sum())
+    return (f"Same comparisons, both orders: the {b} scored as many prompts as the {a} in {same_n} of {len(sbs)} "
+            f"comparisons (an unparseable verdict scores none). Their verdicts (each judge's p values Holm-corrected "
+            f"within its own family) agree on **{len(sbs) - len(differ)} of {len(sbs)}** comparisons"
+            + ("." if not len(differ) else "; they differ on " + "; ".join(
+                f"{r['comparison']} ({a}: {r[f'{a}: verdict']}, {b}: {r[f'{b}: verdict']})"
+                for _, r in differ.iterrows()) + "."))
 
 
 def answers(fam: pd.DataFrame, recorded: bool, effect: float = EFFECT) -> dict[str, tuple[str, str]]:
