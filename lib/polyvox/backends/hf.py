@@ -145,6 +145,20 @@ class TransformersBackend(LocalBackend):
                                 self.static, self.stats)
 
 
+def check_positions(model, ids: list[list[int]], max_tokens: int) -> None:
+    """Refuse, before any sampling, a request whose prompt plus ``max_tokens`` would pass the model's
+    positions (``max_position_embeddings``): past them a rotary model still runs, at positions it never
+    saw, and its text degrades without any error."""
+    positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if not isinstance(positions, int) or not ids:
+        return
+    i = max(range(len(ids)), key=lambda k: len(ids[k]))
+    if len(ids[i]) + max_tokens > positions:
+        raise ValueError(f"request {i}: {len(ids[i])} prompt tokens + max_tokens {max_tokens} = "
+                         f"{len(ids[i]) + max_tokens} pass the model's {positions} positions "
+                         "(max_position_embeddings); lower max_tokens or shorten the prompt")
+
+
 STATIC_PAD = 64  # prompts are left-padded to a multiple of this on generate's static-cache path: few compiles
 
 
@@ -211,6 +225,7 @@ def generate_batched(model, tokenizer, requests: list[Request], params: Sampling
     """
     static = str(device).startswith("cuda") if static is None else static
     ids = tokenize_prompts(tokenizer, [local_prompt(tokenizer, r) for r in requests])
+    check_positions(model, ids, params.max_tokens)
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     out: list[Completion | None] = [None] * len(ids)
     eos = tokenizer.eos_token_id

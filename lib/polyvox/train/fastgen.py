@@ -86,7 +86,7 @@ def fast_trainer_class():
     from trl import GRPOTrainer
 
     from ..backends.base import SamplingParams
-    from ..backends.hf import generate_rows
+    from ..backends.hf import check_positions, generate_rows
 
     class FastGRPOTrainer(GRPOTrainer):
         polyvox_model_path: str = ""
@@ -138,6 +138,7 @@ def fast_trainer_class():
             first = self.accelerator.process_index * len(prompt_ids)
             seeds = [step_seed(self.polyvox_seed, self.state.global_step, first + i) for i in range(len(prompt_ids))]
             eos = self.eos_token_ids
+            check_positions(copy, prompt_ids, params.max_tokens)  # a refusal, not text past the trained positions
             rows = generate_rows(copy, [list(p) for p in prompt_ids], seeds, params, self._tokenizer.pad_token_id,
                                  eos, str(self.accelerator.device), static=self.accelerator.device.type == "cuda",
                                  batch_size=len(prompt_ids), stats=self.polyvox_decode_stats)
