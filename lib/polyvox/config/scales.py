@@ -252,6 +252,9 @@ class CollabData(Strict):
     world_per_level: Pos
     qa_n: Pos
     seed: Seed
+    # held-out sets by the underlying problem, each once (polyvox.studies.collab.pipeline.problems; absent: the
+    # recorded scales' draws, the world's split by expression and QA's by person)
+    split_by: Literal["underlying"] = None  # type: ignore[assignment]
 
     @field_validator("world_levels")
     @classmethod

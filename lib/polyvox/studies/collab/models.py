@@ -28,7 +28,8 @@ Skill must rise with size (issue 23: the recorded run trained larger models fewe
   QA questions come from the QA task's own ``validation`` split, whose chains are in neither train nor
   test (:func:`.tasks.qa_splits`); world problems outside the training set come first, but level-1
   arithmetic has few calculations, so their overlap with training is recorded (:func:`overlap`), not
-  avoided.
+  avoided — in the recorded scales. A scale with ``data.split_by: underlying`` (h200-ordered) draws it
+  from its own partition instead (:func:`held_out`), disjoint from train and test by construction.
 - :func:`validation_check`: each base model alone on it (greedy, as the eval stage runs solo),
   scored as the chapter scores, then :func:`.analysis.ordering_check`; written to
   ``validation.json`` and returned for the models stage's record; a failure raises one line.
@@ -42,6 +43,7 @@ from pathlib import Path
 
 from ...adapters import save_adapter
 from ...train.pretrain import save, sft_batches, train_loop, train_tokenizer
+from .tasks import underlying  # noqa: F401 - re-exported: models.underlying
 from .traces import solo
 
 MODELS = ("small", "mid", "big", "large")
@@ -196,23 +198,28 @@ def check_budgets(s: dict, strict: bool = True) -> str | None:
     return line
 
 
-def underlying(p) -> tuple:
-    """The problem beneath a question's wording: a world problem's start and calculations; a QA question's
-    chain of facts (its person and hops), whatever its distractors and order."""
-    m = p.metadata
-    return (m.get("task"), m.get("start"), tuple(m.get("steps", ())))
-
-
 def validation_problems(s: dict, test: list, train: list | None = None) -> list:
     """``eval.world_per_level`` world problems per level and ``eval.qa_n`` QA questions, drawn at
     ``data.seed`` + :data:`VALIDATION_SEED_OFFSET`, none sharing an underlying problem with ``test``: QA
     from the task's ``validation`` split (chains of neither train nor test; checked against ``test`` all
     the same), world problems off ``test``'s calculations, those outside ``train`` too first (level-1
-    arithmetic has few calculations: training holds most). Too few candidates: a ValueError naming the task."""
+    arithmetic has few calculations: training holds most). Too few candidates: a ValueError naming the task.
+
+    A scale with ``data.split_by: underlying`` (:func:`split_by_underlying`) draws instead from the
+    ``validation`` partition (:func:`.tasks.underlying_split`), each underlying problem once, as its test
+    set is drawn (:func:`polyvox.studies.collab.pipeline.problems`): disjoint from train and test by
+    construction, which is checked here all the same (a ValueError on any shared underlying problem)."""
     from .tasks import collab_qa, collab_world
 
     e, d = s["eval"], s["data"]
     seed = d["seed"] + VALIDATION_SEED_OFFSET
+    if split_by_underlying(s):
+        val = held_out(s, "validation", seed)
+        for name, other in (("test", test), ("training", train or ())):
+            if overlap(val, other):
+                raise ValueError(f"validation split: {overlap(val, other)} questions share an underlying problem "
+                                 f"with the {name} set (data.split_by: underlying promises none)")
+        return val
     avoid, seen_train = {underlying(p) for p in test}, {underlying(p) for p in (train or ())}
     out = []
     for level in d["world_levels"]:
@@ -227,6 +234,25 @@ def validation_problems(s: dict, test: list, train: list | None = None) -> list:
     if len(qa) < e["qa_n"]:
         raise ValueError(f"validation split: only {len(qa)} QA questions off the test set's chains, {e['qa_n']} wanted")
     return out + qa[:e["qa_n"]]
+
+
+def split_by_underlying(s: dict) -> bool:
+    """Whether the scale ``s`` splits by the underlying problem (``data.split_by: underlying``; absent: the
+    old draws — the world's own split by expression, QA's by person — which the recorded scales keep)."""
+    return s["data"].get("split_by") == "underlying"
+
+
+def held_out(s: dict, split: str, seed: int) -> list:
+    """A held-out set (``test`` or ``validation``) of a scale that splits by the underlying problem: up to
+    ``eval.world_per_level`` world problems per level and ``eval.qa_n`` QA questions, each underlying problem
+    of the ``split`` partition once (:func:`.tasks.world_by_underlying`, :func:`.tasks.make_qa_once`); a level
+    or task whose partition holds fewer contributes all it holds. World at ``seed``, QA at ``seed`` + 1."""
+    from .tasks import collab_qa, collab_world
+
+    e, d = s["eval"], s["data"]
+    return (collab_world(levels=d["world_levels"], per_level=e["world_per_level"], seed=seed, split=split,
+                         split_by="underlying", once=True)
+            + collab_qa(n=e["qa_n"], seed=seed + 1, split=split, once=True))
 
 
 def overlap(problems: list, others: list) -> int:

@@ -68,10 +68,34 @@ def load_scale(scale: str | Path) -> dict:
 
 
 def problems(s: dict, split: str) -> list[Problem]:
+    """The scale's ``train`` or ``test`` questions (world, then QA). Training: ``data.world_per_level`` per
+    level and ``data.qa_n``, at ``data.seed``; test: ``eval``'s counts at ``data.seed`` + :data:`TEST_SEED_OFFSET`.
+
+    Absent ``data.split_by`` (the recorded scales): world problems from the world's own split (a hash of the
+    expression), QA from the person split (:func:`.tasks.qa_splits`), the test set a draw of distinct texts
+    (an underlying problem may recur in several wordings). ``data.split_by: underlying`` (h200-ordered):
+    every underlying problem has one split (:func:`.tasks.underlying_split`); training draws ``data``'s
+    counts from the ``train`` partition, the test set holds each underlying problem of the ``test`` partition
+    at most once (:func:`.models.held_out`: ``eval.world_per_level`` per level and ``eval.qa_n`` at most, level 1
+    and QA holding fewer), so its questions are independent units for the power computation."""
     d = s["data"] if split == "train" else s["eval"]
     seed = s["data"]["seed"] + (0 if split == "train" else TEST_SEED_OFFSET)
+    if s["data"].get("split_by") == "underlying":
+        if split != "train":
+            from .models import held_out
+
+            return held_out(s, split, seed)
+        return (collab_world(levels=s["data"]["world_levels"], per_level=d["world_per_level"], seed=seed,
+                             split=split, split_by="underlying")
+                + collab_qa(n=d["qa_n"], seed=seed + QA_SEED_OFFSET, split=split))
     return (collab_world(levels=s["data"]["world_levels"], per_level=d["world_per_level"], seed=seed, split=split)
             + collab_qa(n=d["qa_n"], seed=seed + QA_SEED_OFFSET, split=split))
+
+
+def n_test(s: dict) -> int:
+    """The scale's test questions, counted from the set it draws (``eval``'s counts are caps for a scale that
+    splits by the underlying problem, so ``levels × world_per_level + qa_n`` overstates those)."""
+    return len(problems(s, "test"))
 
 
 def _settings(s: dict, *sections) -> dict:

@@ -22,12 +22,19 @@
   metadata now names its ``person``. Runs recorded before (``data/runs/collab-h200``) keep their own
   questions — their trajectory records hold each question's text, gold and metadata, and nothing
   reading them regenerates the questions —; the new split applies to new runs.
-- World problems keep the world's own split (a hash of the text, :mod:`polyvox.studies.world.problems`).
+- World problems keep the world's own split (train/test by a hash of the expression,
+  :mod:`polyvox.studies.world.problems`) — unless a scale says ``data.split_by: underlying`` (issue 23,
+  h200-ordered): then every underlying problem (:func:`underlying`) has one of train / validation / test
+  by a hash of it (:func:`underlying_split`; QA: its person's split), training draws from train and the
+  held-out sets hold each underlying problem once (:func:`world_by_underlying`, :func:`make_qa_once`).
+  The generator has 308 level-1 underlying problems (13,820 at level 2, 814,479 at level 3) and the
+  knowledge base 144 chains, so level 1's test partition holds 67 and QA's 30.
 Both register in :mod:`polyvox.tasks` on import.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 
 from ... import tasks
@@ -52,9 +59,75 @@ def world_problem(p) -> Problem:
 
 
 @register_task("collab_world", grader="integer", levels=True)
-def collab_world(data_dir=None, levels=(1, 2, 3), per_level: int = 20, seed: int = 0, split: str | None = None):
+def collab_world(data_dir=None, levels=(1, 2, 3), per_level: int = 20, seed: int = 0, split: str | None = None,
+                 split_by: str | None = None, once: bool = False):
+    """``per_level`` world problems per level. ``split``: the world's own split (a hash of the expression,
+    train/test, :mod:`polyvox.studies.world.problems`) — or, with ``split_by="underlying"``, the partition
+    of :func:`underlying_split` (train/validation/test) through :func:`world_by_underlying` (``once``: each
+    underlying problem at most once)."""
     levels = [int(x) for x in (levels if isinstance(levels, (list, tuple)) else [levels])]
+    if split_by == "underlying":
+        return world_by_underlying(levels, per_level, seed, split or "train", once)
+    if split_by is not None:
+        raise ValueError(f"collab_world: unknown split_by {split_by!r} (underlying, or none: the world's own split)")
     return [world_problem(p) for p in world.generate(per_level, seed=seed, levels=levels, split=split)]
+
+
+# --- issue 23: held-out sets disjoint by the underlying problem, each underlying problem once ---
+
+def underlying(p) -> tuple:
+    """The problem beneath a question's wording: a world problem's start and calculations; a QA question's
+    chain of facts (its person and hops), whatever its distractors and order."""
+    m = p.metadata
+    return (m.get("task"), m.get("start"), tuple(m.get("steps", ())))
+
+
+def underlying_split(p) -> str:
+    """The split a question's underlying problem belongs to, for scales with ``data.split_by: underlying``.
+    QA: its person's (:func:`qa_splits`: a chain and all its prefixes share one split). World: the
+    underlying problem (:func:`underlying`) hashed — sha256 of its JSON, the first 64 bits as a fraction of
+    2⁶⁴, cut in the shares of :data:`QA_SPLITS` (20 % test, 20 % validation, the rest train), so every
+    wording of one calculation falls in one split, whatever the seed of a draw."""
+    if p.metadata.get("task") == "qa":
+        return p.metadata["split"]
+    key = json.dumps(underlying(p), ensure_ascii=False)
+    u, cut = int(hashlib.sha256(key.encode()).hexdigest()[:16], 16) / 2 ** 64, 0.0
+    for name, share in QA_SPLITS:
+        cut = 1.0 if share is None else cut + share
+        if u < cut:
+            return name
+    return QA_SPLITS[-1][0]
+
+
+def world_by_underlying(levels, per_level: int, seed: int, split: str, once: bool) -> list[Problem]:
+    """``per_level`` world problems per level whose underlying problem is in ``split`` (:func:`underlying_split`),
+    drawn from the world's generator with ``random.Random(seed)``; distinct texts, and with ``once`` distinct
+    underlying problems. A level whose partition holds fewer underlying problems than ``once`` asks for
+    contributes all a draw of 200 × ``per_level`` + 1000 problems finds (level 1: its whole partition, the
+    generator's 308 level-1 calculations being found within a few thousand draws); without ``once`` a shortfall
+    is an error, as in :func:`polyvox.studies.world.problems.generate`."""
+    if split not in {name for name, _ in QA_SPLITS}:
+        raise ValueError(f"collab_world: unknown split {split!r}; splits: {', '.join(n for n, _ in QA_SPLITS)}")
+    rng = random.Random(seed)
+    out, where = [], {}  # where: underlying problem → its split (a level-1 draw meets few, many times)
+    for level in levels:
+        seen: set = set()
+        made = tries = 0
+        while made < per_level and tries < 200 * per_level + 1000:
+            tries += 1
+            p = world_problem(world._make(rng, level))
+            u = underlying(p)
+            if (where[u] if u in where else where.setdefault(u, underlying_split(p))) != split:
+                continue
+            k = u if once else p.text
+            if k in seen:
+                continue
+            seen.add(k)
+            out.append(p)
+            made += 1
+        if made < per_level and not once:
+            raise RuntimeError(f"world: cannot make {per_level} unique {split} problems at level {level}")
+    return out
 
 
 def knowledge_base(seed: int = 0) -> dict:
@@ -130,26 +203,50 @@ def make_qa(n: int, seed: int = 0, hops=(2, 3, 4), distractors: int = 3, split: 
             raise RuntimeError(f"collab_qa: cannot make {n} unique {split or ''} questions")
         h = hops[len(out) % len(hops)]
         person = rng.choice(people)
-        facts, answer = qa_chain(kb, person, h)
-        context = list(facts)
-        while len(context) < len(facts) + distractors:
-            d = _distractor(kb, rng, set(context))
-            if d:
-                context.append(d)
-        rng.shuffle(context)
-        text = " ".join(context) + " " + QUESTIONS[h].format(p=person)
-        if text in seen:
+        q = _qa_question(kb, splits, rng, person, h, distractors)
+        if q.text in seen:
             continue
-        seen.add(text)
-        pid = f"qa{h}-" + hashlib.sha256(text.encode()).hexdigest()[:10]
-        out.append(Problem(pid, text, answer, {"task": "qa", "level": h, "hops": h, "steps": facts,
-                                               "split": splits[person], "person": person}))
+        seen.add(q.text)
+        out.append(q)
     return out
+
+
+def _qa_question(kb: dict, splits: dict, rng: random.Random, person: str, h: int, distractors: int) -> Problem:
+    """One wording of the ``h``-hop chain from ``person``: its facts and ``distractors`` other facts, shuffled."""
+    facts, answer = qa_chain(kb, person, h)
+    context = list(facts)
+    while len(context) < len(facts) + distractors:
+        d = _distractor(kb, rng, set(context))
+        if d:
+            context.append(d)
+    rng.shuffle(context)
+    text = " ".join(context) + " " + QUESTIONS[h].format(p=person)
+    pid = f"qa{h}-" + hashlib.sha256(text.encode()).hexdigest()[:10]
+    return Problem(pid, text, answer, {"task": "qa", "level": h, "hops": h, "steps": facts,
+                                       "split": splits[person], "person": person})
+
+
+def make_qa_once(n: int, seed: int = 0, hops=(2, 3, 4), distractors: int = 3, split: str = "test",
+                 kb_seed: int = 0) -> list[Problem]:
+    """Each chain of ``split`` once (its people × ``hops``), in an order shuffled by ``seed``, at most ``n``
+    of them: one wording per underlying problem, for a test or validation set of independent questions."""
+    kb = knowledge_base(kb_seed)
+    splits = qa_splits(kb, kb_seed)
+    if split not in {name for name, _ in QA_SPLITS}:
+        raise ValueError(f"collab_qa: unknown split {split!r}; splits: {', '.join(name for name, _ in QA_SPLITS)}")
+    rng = random.Random(seed)
+    chains = [(p, h) for p in sorted(p for p in kb["mentor"] if splits[p] == split) for h in hops]
+    rng.shuffle(chains)
+    return [_qa_question(kb, splits, rng, p, h, distractors) for p, h in chains[:n]]
 
 
 @register_task("collab_qa", grader="qa", levels=True)
 def collab_qa(data_dir=None, n: int = 30, seed: int = 0, hops=(2, 3, 4), distractors: int = 3,
-              split: str | None = None):
+              split: str | None = None, once: bool = False):
+    """``n`` distinct questions of ``split``; ``once``: each chain of the split at most once
+    (:func:`make_qa_once`, at most ``n`` — the split's chains are all there are)."""
+    if once:
+        return make_qa_once(n, seed, tuple(hops), distractors, split or "test")
     return make_qa(n, seed, tuple(hops), distractors, split)
 
 
