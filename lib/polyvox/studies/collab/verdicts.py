@@ -270,8 +270,9 @@ class Power:
 
 
 def planned_sizes(scales=PLANNED) -> dict[str, int]:
-    """Test questions of each configured scale (``configs/collab/<scale>.yaml``: world levels × per level + QA)."""
-    from .pipeline import load_scale
+    """Test questions of each configured scale (``configs/collab/<scale>.yaml``), counted from the set it draws
+    (:func:`.pipeline.n_test`: a scale that splits by the underlying problem takes fewer than its caps)."""
+    from .pipeline import load_scale, n_test
 
     out = {}
     for name in scales:
@@ -279,7 +280,7 @@ def planned_sizes(scales=PLANNED) -> dict[str, int]:
             s = load_scale(name)
         except (FileNotFoundError, ValueError):
             continue
-        out[name] = len(s["data"]["world_levels"]) * s["eval"]["world_per_level"] + s["eval"]["qa_n"]
+        out[name] = n_test(s)
     return out
 
 
