@@ -284,6 +284,9 @@ class CollabModels(Strict):
     sizes: CollabSizes
     # a failed size ordering on the validation split stops the run (polyvox.studies.collab.pipeline; default false)
     stop_if_unordered: bool = None  # type: ignore[assignment]
+    # refuse: a training row (base or PD) past seq_len is an error, not cut, and the models declare seq_len positions
+    # (polyvox.studies.collab.models.chat_rows, .positions); absent: the recorded scales' silent cut, 1,024 positions
+    truncate: Literal["refuse"] = None  # type: ignore[assignment]
 
 
 class CollabPD(Strict):

@@ -48,17 +48,49 @@ from .traces import solo
 
 MODELS = ("small", "mid", "big", "large")
 VALIDATION_SEED_OFFSET = 200  # from data.seed (the test questions take + 100, pipeline.TEST_SEED_OFFSET)
+REFUSE = "refuse"  # models.truncate: an example past seq_len is an error, not cut
+OLD_POSITIONS = 1024  # max_position_embeddings of the models built without models.truncate (the recorded runs)
 
 
-def chat_rows(tok, pairs: list[tuple[str, str]], seq_len: int) -> list[tuple[list[int], int]]:
-    rows = []
+def chat_rows(tok, pairs: list[tuple[str, str]], seq_len: int,
+              truncate: str | None = None) -> list[tuple[list[int], int]]:
+    """(token ids, prompt length) rows of chat-formatted (user, assistant) pairs, at most ``seq_len`` tokens.
+
+    ``truncate`` absent (the recorded scales): a longer example is cut at ``seq_len``, silently (its end —
+    the answer, the action — is then never taught). ``truncate="refuse"`` (``models.truncate: refuse``):
+    nothing is cut; any example past ``seq_len`` is a ValueError of one line naming the longest."""
+    rows, texts = [], []
     for user, answer in pairs:
         prompt = tok.apply_chat_template([{"role": "user", "content": user}], tokenize=False,
                                          add_generation_prompt=True, enable_thinking=True)
         p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
-        f_ids = tok(prompt + answer + "<|im_end|>", add_special_tokens=False)["input_ids"][:seq_len]
+        f_ids = tok(prompt + answer + "<|im_end|>", add_special_tokens=False)["input_ids"]
+        if truncate is None:
+            f_ids = f_ids[:seq_len]
         rows.append((f_ids, len(p_ids)))
+        texts.append(user)
+    if truncate is not None:
+        if truncate != REFUSE:
+            raise ValueError(f"chat_rows: truncate {truncate!r}: expected {REFUSE!r} or None")
+        over = [i for i, (ids, _) in enumerate(rows) if len(ids) > seq_len]
+        if over:
+            i = max(over, key=lambda k: len(rows[k][0]))
+            raise ValueError(f"chat_rows: {len(over)} of {len(rows)} examples pass seq_len {seq_len}; the longest is "
+                             f"{len(rows[i][0])} tokens (example {i}, {' '.join(texts[i].split())[:60]!r}) — "
+                             f"models.truncate: refuse cuts none: raise models.seq_len to at least {len(rows[i][0])}")
     return rows
+
+
+def truncate_mode(s: dict) -> str | None:
+    """The scale's ``models.truncate`` (``refuse``), or None: the recorded scales' silent cut at seq_len."""
+    return s["models"].get("truncate")
+
+
+def positions(seq_len: int, truncate: str | None) -> int:
+    """``max_position_embeddings`` of a base model: ``seq_len`` under ``models.truncate: refuse`` (so the
+    backend's check, :func:`polyvox.backends.hf.check_positions`, refuses any request past the positions the
+    scale trains), else :data:`OLD_POSITIONS` (the recorded models, which declare more than they trained)."""
+    return seq_len if truncate == REFUSE else OLD_POSITIONS
 
 
 def batcher(rows, batch: int, pad_id: int, seed: int):
@@ -90,10 +122,23 @@ def device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def train_base(out: Path, name: str, spec: dict, tok, pairs, seq_len: int, batch: int, steps: int, lr: float,
-               seed: int, progress: bool = False) -> dict:
-    import torch
+def build_base(spec: dict, tok, seq_len: int, truncate: str | None = None):
+    """An untrained base model of ``spec`` (hidden, layers, intermediate) for ``tok`` (:func:`positions`)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    h = spec["hidden"]
+    cfg = Qwen3Config(vocab_size=len(tok), hidden_size=h, intermediate_size=spec["intermediate"],
+                      num_hidden_layers=spec["layers"], num_attention_heads=max(1, h // 32),
+                      num_key_value_heads=kv_heads(h), head_dim=32,
+                      max_position_embeddings=positions(seq_len, truncate),
+                      tie_word_embeddings=True, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                      bos_token_id=None, rope_theta=10000.0)
+    return Qwen3ForCausalLM(cfg)
+
+
+def train_base(out: Path, name: str, spec: dict, tok, pairs, seq_len: int, batch: int, steps: int, lr: float,
+               seed: int, progress: bool = False, truncate: str | None = None) -> dict:
+    import torch
 
     done = out / name / "card.json"
     if done.exists():  # an interrupted models stage keeps the models it finished (same spec and steps)
@@ -101,17 +146,11 @@ def train_base(out: Path, name: str, spec: dict, tok, pairs, seq_len: int, batch
         if all(card.get(k) == v for k, v in spec.items()) and card.get("steps") == steps and card.get("lr") == lr:
             return card
     torch.manual_seed(seed)
-    h = spec["hidden"]
-    cfg = Qwen3Config(vocab_size=len(tok), hidden_size=h, intermediate_size=spec["intermediate"],
-                      num_hidden_layers=spec["layers"], num_attention_heads=max(1, h // 32),
-                      num_key_value_heads=kv_heads(h), head_dim=32, max_position_embeddings=1024,
-                      tie_word_embeddings=True, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                      bos_token_id=None, rope_theta=10000.0)
     dev = device()
-    model = Qwen3ForCausalLM(cfg).to(dev)
+    model = build_base(spec, tok, seq_len, truncate).to(dev)
     log: list = []
     t0 = time.time()
-    rows = chat_rows(tok, pairs, seq_len)
+    rows = chat_rows(tok, pairs, seq_len, truncate)
     train_loop(model, batcher(rows, batch, tok.pad_token_id, seed), steps, lr, dev, log, name, progress)
     save(model, tok, out / name)
     n = sum(p.numel() for p in model.parameters())
@@ -119,12 +158,15 @@ def train_base(out: Path, name: str, spec: dict, tok, pairs, seq_len: int, batch
             "examples": len(rows), "seed": seed, "device": dev, "seconds": round(time.time() - t0, 1),
             "final_loss": log[-1]["loss"], "loss_log": log,
             "stage": "trained from scratch on chat-formatted solo solutions (assistant turn only)"}
+    if truncate is not None:  # new runs only: the recorded cards keep their fields
+        card.update(truncate=truncate, seq_len=seq_len, longest_example=max(len(ids) for ids, _ in rows),
+                    max_position_embeddings=model.config.max_position_embeddings)
     (out / name / "card.json").write_text(json.dumps(card, indent=1) + "\n")
     return card
 
 
 def train_pd(base_dir: Path, out_dir: Path, pairs, seq_len: int, batch: int, steps: int, lr: float, rank: int,
-             seed: int, progress: bool = False, mode: str = "lora") -> dict:
+             seed: int, progress: bool = False, mode: str = "lora", truncate: str | None = None) -> dict:
     """SFT of one agent on its trace turns: a LoRA adapter (``mode="lora"``) or a full fine-tune
     (``mode="full"``, saved as a model folder in bf16); writes a card."""
     import torch
@@ -140,7 +182,7 @@ def train_pd(base_dir: Path, out_dir: Path, pairs, seq_len: int, batch: int, ste
                                                  target_modules="all-linear", task_type="CAUSAL_LM"))
     log: list = []
     t0 = time.time()
-    rows = chat_rows(tok, pairs, seq_len)
+    rows = chat_rows(tok, pairs, seq_len, truncate)
     random.Random(seed).shuffle(rows)
     train_loop(model, batcher(rows, batch, tok.pad_token_id, seed), steps, lr, dev, log, out_dir.name, progress)
     if mode == "lora":
@@ -151,12 +193,82 @@ def train_pd(base_dir: Path, out_dir: Path, pairs, seq_len: int, batch: int, ste
             "device": dev, "seconds": round(time.time() - t0, 1), "final_loss": log[-1]["loss"], "loss_log": log,
             "stage": f"protocol distillation: {'LoRA SFT' if mode == 'lora' else 'full fine-tune'} on this agent's "
                      "coordination-trace turns"}
+    if truncate is not None:  # new runs only
+        card.update(truncate=truncate, seq_len=seq_len, longest_example=max(len(ids) for ids, _ in rows))
     (out_dir / "card.json").write_text(json.dumps(card, indent=1) + "\n")
     return card
 
 
 def solo_pairs(problems) -> list[tuple[str, str]]:
     return [(p.text, solo(p)) for p in problems]
+
+
+# --- context lengths: what a scale trains on and what its evaluation asks of the models ---
+
+def prompt_length(tok, user: str) -> int:
+    """Tokens of a user message as the models see it (chat template, generation prompt, thinking on)."""
+    prompt = tok.apply_chat_template([{"role": "user", "content": user}], tokenize=False,
+                                     add_generation_prompt=True, enable_thinking=True)
+    return len(tok(prompt, add_special_tokens=False)["input_ids"])
+
+
+def recorded_windows(folders, size: int = 4) -> list[list[dict]]:
+    """Every full history window (``size`` consecutive turns before some turn) of the recorded collaboration
+    trajectories in ``folders`` (``trajectories.jsonl`` each): the states the scheduler actually showed."""
+    out = []
+    for folder in folders:
+        with open(Path(folder) / "trajectories.jsonl") as f:
+            for line in f:
+                turns = json.loads(line)["turns"]
+                out += [turns[k - size:k] for k in range(size, len(turns) + 1)]
+    return out
+
+
+def context_lengths(s: dict, tok, train: list, test: list, windows: list[list[dict]]) -> dict[str, list[int]]:
+    """Token lengths (``tok``) of what the scale ``s`` trains on and evaluates, untruncated:
+
+    - ``base``: the base models' rows (a training question's solo solution, :func:`chat_rows` without a cut);
+    - ``pd small`` / ``pd mid`` / ``pd big`` / ``pd homo``: protocol distillation's rows (:func:`.traces.sft_examples`
+      at ``data.seed`` and ``pd.slip``; ``homo`` all three roles');
+    - ``rl``: a trace state's prompt + ``rl.max_tokens`` (GRPO's states are those prompts);
+    - ``eval solo``: a test question's prompt + ``eval.max_tokens``;
+    - ``eval cl``: a test question's state prompt at the last allowed turn (``eval.t_max``: the scheduler shows the
+      last ``min(4, t_max - 1)`` turns, :class:`.scheduler.Scheduler`'s window) holding the longest of ``windows``
+      (by its tokens; e.g. :func:`recorded_windows`), for the speaker whose prompt is longest, + ``eval.max_tokens``.
+    """
+    import inspect
+
+    from .protocol import state_prompt
+    from .scheduler import Scheduler
+    from .traces import sft_examples
+
+    agents = ("small", "mid", "big")
+    ex = sft_examples(train, seed=s["data"]["seed"], slip=s["pd"]["slip"])
+    ex["homo"] = [pair for a in agents for pair in ex[a]]
+    out = {"base": [len(ids) for ids, _ in chat_rows(tok, solo_pairs(train), 10 ** 9)]}
+    for a, pairs in ex.items():
+        out[f"pd {a}"] = [len(ids) for ids, _ in chat_rows(tok, pairs, 10 ** 9)]
+    out["rl"] = [n + s["rl"]["max_tokens"] for ids, n in chat_rows(tok, ex["homo"], 10 ** 9)]
+    e = s["eval"]
+    out["eval solo"] = [prompt_length(tok, p.text) + e["max_tokens"] for p in test]
+    shown = min(inspect.signature(Scheduler).parameters["history_window"].default, e["t_max"] - 1)
+    probe = test[0].text if test else ""
+    bare = prompt_length(tok, state_prompt(probe, agents, "small", []))
+    longest = max((w[-shown:] if shown else [] for w in windows),
+                  key=lambda w: prompt_length(tok, state_prompt(probe, agents, "small", w)) - bare, default=[])
+    out["eval cl"] = [max(prompt_length(tok, state_prompt(p.text, agents, a, longest)) for a in agents)
+                      + e["max_tokens"] for p in test]
+    return out
+
+
+def length_summary(lengths: list[int], seq_len: int) -> dict:
+    """p50, p99 (nearest rank, rounded up), max and the share past ``seq_len``."""
+    import math
+
+    xs = sorted(lengths)
+    rank = lambda q: xs[min(len(xs) - 1, max(0, math.ceil(q * len(xs)) - 1))]  # noqa: E731
+    return {"n": len(xs), "p50": rank(0.5), "p99": rank(0.99), "max": xs[-1],
+            "past_seq_len": sum(x > seq_len for x in xs) / len(xs)}
 
 
 # --- issue 23: budgets under which skill can rise with size, and the validation check ---

@@ -126,7 +126,7 @@ def validate_models(out: Path, s: dict, train: list[Problem]) -> dict:
 
 
 def stage_models(out: Path, s: dict) -> dict:
-    from .models import build_tokenizer, check_budgets, solo_pairs, train_base
+    from .models import build_tokenizer, chat_rows, check_budgets, solo_pairs, train_base, truncate_mode
     from .traces import sft_examples
 
     check_budgets(s)  # before any training (the run's checks did so too; a launcher's worker comes here alone)
@@ -136,28 +136,33 @@ def stage_models(out: Path, s: dict) -> dict:
     texts = [u + " " + a for u, a in pairs] + [u + " " + a for ex in sft_examples(train[:400]).values()
                                                 for u, a in ex]
     tok = build_tokenizer(out, texts, m["vocab"])
+    truncate = truncate_mode(s)
+    if truncate is not None:  # models.truncate: refuse — the pd stage's examples too, before any model trains
+        ex = sft_examples(train, seed=s["data"]["seed"], slip=s["pd"]["slip"])
+        chat_rows(tok, pairs + [pair for a in AGENTS for pair in ex[a]], m["seq_len"], truncate)
     cards = {}
     for i, name in enumerate(MODELS):
         spec = dict(m["sizes"][name])
         steps = spec.pop("steps")
         cards[name] = train_base(out, name, spec, tok, pairs, m["seq_len"], m["batch"], steps, m["lr"],
-                                 s["data"]["seed"] + i)
+                                 s["data"]["seed"] + i, truncate=truncate)
     (out / "params.json").write_text(json.dumps({k: c["parameters"] for k, c in cards.items()}, indent=1) + "\n")
     return validate_models(out, s, train)
 
 
 def stage_pd(out: Path, s: dict, models: Path) -> None:
-    from .models import train_pd
+    from .models import train_pd, truncate_mode
     from .traces import sft_examples
 
     p = s["pd"]
+    truncate = truncate_mode(s)  # models.truncate applies to PD's rows too (the same seq_len)
     ex = sft_examples(problems(s, "train"), seed=s["data"]["seed"], slip=p["slip"])
     for i, a in enumerate(AGENTS):
         train_pd(models / a, out / a, ex[a], s["models"]["seq_len"], p["batch"], p["steps"], p["lr"], p["rank"],
-                 s["data"]["seed"] + i, mode=p.get("mode", "lora"))
+                 s["data"]["seed"] + i, mode=p.get("mode", "lora"), truncate=truncate)
     every = [pair for a in AGENTS for pair in ex[a]]
     train_pd(models / "mid", out / "homo", every, s["models"]["seq_len"], p["batch"], p["steps"], p["lr"],
-             p["rank"], s["data"]["seed"] + HOMO_SEED_OFFSET, mode=p.get("mode", "lora"))
+             p["rank"], s["data"]["seed"] + HOMO_SEED_OFFSET, mode=p.get("mode", "lora"), truncate=truncate)
 
 
 def rl_problems(s: dict, agent: str, n: int) -> list[Problem]:
