@@ -46,14 +46,20 @@ def test_rerun_box_gives_the_command_and_each_parameter_as_the_cli_reads_it():
     assert box.startswith("````{admonition} Re-run this chapter") and box.rstrip().endswith("````")
     assert ".venv/bin/polyvox run panel/length --out runs/panel-length" in box
     assert "polyvox book build --only panel/length --params params.yaml" in box
-    rows = [line for line in box.splitlines() if line.startswith("| `")]
-    assert rows == ["| `data_dir` | `data` | folder holding multipersona/ (the published records) |",
-                    "| `generate` | `false` | True: sample first |",
-                    "| `runs` | `null` | a run folder |",
-                    "| `limit` | `3` | — |",
-                    "| `tolerance` | `0.05` | win-rate points from 50% … … within which the arms are called "
-                    "indistinguishable |",
-                    "| `cats` | `[a, b]` | categories \\| with a pipe |"]
+    import re
+
+    [table] = re.findall(r"<table class=\"pv-table\">.*?</table>", box)
+    assert "<caption>The parameters of panel/length: name, default and meaning.</caption>" in table
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in re.findall(r"<tbody>(.*)</tbody>", table)[0].split("</tr>")
+             if row]
+    assert cells == [["<code>data_dir</code>", "<code>data</code>", "folder holding multipersona/ (the published records)"],
+                     ["<code>generate</code>", "<code>false</code>", "True: sample first"],
+                     ["<code>runs</code>", "<code>null</code>", "a run folder"],
+                     ["<code>limit</code>", "<code>3</code>", "—"],
+                     ["<code>tolerance</code>", "<code>0.05</code>",
+                      "win-rate points from 50% … … within which the arms are called indistinguishable"],
+                     ["<code>cats</code>", "<code>[a, b]</code>", "categories | with a pipe"]]
+    assert "\n\n" not in table  # one HTML block: MyST passes it through inside the admonition
     # every default, written as the box writes it, is read back by `polyvox run -p` as the same value
     from polyvox.cli import parse_kv
 
@@ -215,5 +221,5 @@ def test_findings_markdown_lists_each_study_with_status_and_chapter_link():
     assert ('| A \\| B | <span class="pv-status pv-reproduced">reproduced</span> | Δ 0 | '
             '{doc}`/book/panel/accuracy` |') in text
     assert '<span class="pv-status pv-published-only">' in findings.Finding("x", "c", "published only", "", "").label()
-    assert "**Part III — sliced models collaborating**" in text and "**Part II —" not in text
+    assert ":::{table} Part III — sliced models collaborating: each claim" in text and "Part II —" not in text
     assert text.rstrip().endswith("In all: 1 reproduced, 1 differs, 1 withdrawn.")

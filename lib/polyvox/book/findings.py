@@ -331,10 +331,11 @@ def findings_markdown(items: list[Finding]) -> str:
         mine = [f for f in items if f.study == study]
         if not mine:
             continue
-        lines += [f"**{title}**", "", "| claim | status | what the records say | chapter |", "|---|---|---|---|"]
+        lines += [f":::{{table}} {title}: each claim, its status and what the records say", "",
+                  "| claim | status | what the records say | chapter |", "|---|---|---|---|"]
         for f in mine:
             lines.append(f"| {_cell(f.claim)} | {f.label()} | {_cell(f.detail)} | {{doc}}`/{f.chapter}` |")
-        lines.append("")
+        lines += [":::", ""]
     counts = {s: sum(f.status == s for f in items) for s in STATUSES}
     lines.append("In all: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n) + ".")
     return "\n".join(lines) + "\n"

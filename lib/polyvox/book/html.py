@@ -170,10 +170,12 @@ def run_box(manifest: dict) -> str:
              f"`{str(manifest.get('git_commit', '—'))[:12]}`. The executed notebook and its `manifest.json` lie "
              "beside this page. The same run, into a new folder:", "", "```bash", command, "```", ""]
     if params:
-        lines += ["| parameter | value |", "|---|---|"]
-        lines += [f"| `{k}` | `{_yaml_value(v).replace('|', '&#124;')}`"
-                  + (" (the run folder: `polyvox run` sets it from `--out`)" if k == "run_dir" else "") + " |"
-                  for k, v in params.items()]
+        from .tables import small_table_html
+
+        lines.append(small_table_html(f"The parameters of this run of {chapter}.", ["parameter", "value"],
+                                      [[f"`{k}`", f"`{_yaml_value(v)}`" + (" (the run folder: `polyvox run` sets it "
+                                                                           "from `--out`)" if k == "run_dir" else "")]
+                                       for k, v in params.items()]))
     else:
         lines.append("The chapter ran with its defaults (the shipped records).")
     return "\n".join(lines + ["````"])

@@ -153,12 +153,10 @@ def _cli_value(value) -> str:
     return text.removesuffix("\n...").removesuffix("...").strip()
 
 
-def _cell_text(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def rerun_markdown(chapter: str, params: list[dict]) -> str:
     """The "re-run this chapter" box: the command, then each parameter with its default and meaning."""
+    from .tables import small_table_html
+
     slug = chapter.replace("/", "-")
     lines = [f"````{{admonition}} Re-run this chapter", ":class: tip polyvox-rerun", "",
              "With its defaults (the shipped records), into a run folder that keeps the executed notebook and "
@@ -169,10 +167,10 @@ def rerun_markdown(chapter: str, params: list[dict]) -> str:
         lines += [f"Any parameter below with `-p name=value` (read as YAML: `true`, `null`, `3`, text), e.g. "
                   f"`-p {example['name']}={_cli_value(example['value'])}`; or inside the book: "
                   f"`.venv/bin/polyvox book build --only {chapter} --params params.yaml`.", "",
-                  "| parameter | default | meaning |", "|---|---|---|"]
-        for p in params:
-            lines.append(f"| `{p['name']}` | `{_cell_text(_cli_value(p['value']))}` | "
-                         f"{_cell_text(p['meaning']) or '—'} |")
+                  small_table_html(f"The parameters of {chapter}: name, default and meaning.",
+                                   ["parameter", "default", "meaning"],
+                                   [[f"`{p['name']}`", f"`{_cli_value(p['value'])}`", p["meaning"] or "—"]
+                                    for p in params]), ""]
     else:
         lines.append("This chapter has no parameters.")
     lines += ["````"]

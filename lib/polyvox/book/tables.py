@@ -253,6 +253,24 @@ def table_html(formatted: pd.DataFrame, numeric: list[bool], caption: str | None
             f'<table class="pv-table">{cap}<thead>{"".join(head)}</thead><tbody>{"".join(body)}</tbody></table></div>')
 
 
+def _inline_html(text: str) -> str:
+    """Markdown text with inline code spans (`x`) as HTML: the rest escaped."""
+    parts = str(text).split("`")
+    return "".join(f"<code>{html.escape(x)}</code>" if i % 2 else html.escape(x) for i, x in enumerate(parts))
+
+
+def small_table_html(caption: str, header: list[str], rows: list[list[str]]) -> str:
+    """A small table of text cells (inline code spans kept) with its caption, in the book tables' style and
+    scroll box: for tables written by the book itself (a chapter's parameters, a run's), as one HTML block
+    with no blank line, so that MyST and markdown-it pass it through inside an admonition."""
+    head = "<tr>" + "".join(f'<th class="pv-text">{html.escape(h)}</th>' for h in header) + "</tr>"
+    body = "".join("<tr>" + "".join(f'<td class="pv-text">{_inline_html(c)}</td>' for c in row) + "</tr>"
+                   for row in rows)
+    return ('<div class="pv-table-wrap" style="overflow-x:auto;max-width:100%">'
+            f'<table class="pv-table"><caption>{html.escape(caption)}</caption><thead>{head}</thead>'
+            f'<tbody>{body}</tbody></table></div>')
+
+
 def _slug(name: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
     if not slug:
