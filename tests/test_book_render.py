@@ -48,7 +48,7 @@ def test_rerun_box_gives_the_command_and_each_parameter_as_the_cli_reads_it():
     assert "polyvox book build --only panel/length --params params.yaml" in box
     import re
 
-    [table] = re.findall(r"<table class=\"pv-table\">.*?</table>", box)
+    [table] = re.findall(r"<table class=\"pv-table pv-params\">.*?</table>", box)
     assert "<caption>The parameters of panel/length: name, default and meaning.</caption>" in table
     cells = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in re.findall(r"<tbody>(.*)</tbody>", table)[0].split("</tr>")
              if row]

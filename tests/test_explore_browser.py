@@ -155,7 +155,7 @@ def test_controls_are_always_shown_and_search_filters_rows(browser, site):
         p.x.locator("input.pv-search").fill(query)
         p.page.wait_for_timeout(300)
         assert p.rows() == want and 0 < len(want) < 10, (query, want)
-        assert f"of {len(want)} problems (filtered from 10)" in p.x.locator(".pv-info").inner_text()
+        assert f"of {len(want)} problem{'' if len(want) == 1 else 's'} (filtered from 10)" in p.x.locator(".pv-info").inner_text()
     p.x.locator("input.pv-search").fill("")
     p.page.wait_for_timeout(300)
     assert len(p.rows()) == 10

@@ -154,3 +154,16 @@ def test_page_of_a_small_notebook_renders_admonitions_math_roles_tables_and_figu
     assert '<a id="sec"></a>' in text and 'href="#section"' in text  # a MyST label, the contents column
     assert "mjx" not in text.split("<body>")[0] and "/*PV-MJ-BEGIN*/" in text  # MathJax, embedded
     assert not network_addresses(text), network_addresses(text)[:10]
+
+
+def test_a_path_outside_the_repository_is_a_named_placeholder_in_the_pages_command():
+    """The record names such a folder by its last parts only (no absolute path on disk): the page's command
+    shows a placeholder and says what to give, instead of a recorded path that would not be found."""
+    from polyvox.book.html import run_box
+
+    box = run_box({"chapter": "panel/explorer", "status": "ok", "parameters": {"runs": "tmp/sample19", "limit": 3},
+                   "parameters_outside_root": ["runs"]})
+    assert ".venv/bin/polyvox run panel/explorer -p runs=RUNS_PATH -p limit=3 --out FOLDER --html" in box
+    assert "`RUNS_PATH`: the full path of `runs`" in box and "(`tmp/sample19`)" in box
+    plain = run_box({"chapter": "panel/explorer", "status": "ok", "parameters": {"runs": "runs/mine"}})
+    assert "-p runs=runs/mine --out FOLDER" in plain and "_PATH" not in plain

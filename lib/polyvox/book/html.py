@@ -162,13 +162,18 @@ def run_box(manifest: dict) -> str:
     chapter = manifest.get("chapter", "?")
     params = manifest.get("parameters") or {}
     given = {k: v for k, v in params.items() if k != "run_dir"}  # run_dir: set by polyvox run from --out
-    command = (f".venv/bin/polyvox run {chapter}" + "".join(f" -p {k}={_yaml_value(v)}" for k, v in given.items())
+    outside = [k for k in manifest.get("parameters_outside_root") or [] if k in given]
+    shown = {k: (f"{k.upper()}_PATH" if k in outside else _yaml_value(v)) for k, v in given.items()}
+    command = (f".venv/bin/polyvox run {chapter}" + "".join(f" -p {k}={v}" for k, v in shown.items())
                + " --out FOLDER --html")
+    where = "".join(f" `{k.upper()}_PATH`: the full path of `{k}`, a folder outside the repository that the record "
+                    f"names by its last parts only (`{given[k]}`)." for k in outside)
     lines = ["````{admonition} This run", ":class: tip polyvox-rerun", "",
              f"The chapter `{chapter}`, run with the parameters below: status **{manifest.get('status', '?')}**, "
              f"finished {str(manifest.get('finished', '—')).replace('T', ' ')}, polyvox at commit "
              f"`{str(manifest.get('git_commit', '—'))[:12]}`. The executed notebook and its `manifest.json` lie "
-             "beside this page. The same run, into a new folder:", "", "```bash", command, "```", ""]
+             "beside this page. The same run, into a new folder:", "", "```bash", command, "```", "",
+             *([where.strip(), ""] if where else [])]
     if params:
         from .tables import small_table_html
 

@@ -73,8 +73,12 @@ def run_chapter(name_or_path: str, params: dict, out: os.PathLike | str | None =
     with RunLock(out):
         _check_chapter_folder(out, settings)  # again under the lock: another writer may have started meanwhile
         source = ch.source.relative_to(root).as_posix() if ch.source.is_relative_to(root) else ch.source.name
+        # the names (never the values) of path parameters outside the root: recorded by their last parts, they
+        # are no command a reader can rerun, and the --html page's command says so (html.run_box)
+        outside = sorted(k for k, v in params.items() if k != "run_dir" and isinstance(v, str)
+                         and Path(v).is_absolute() and not Path(v).is_relative_to(root))
         record = {"kind": KIND_CHAPTER, **settings, "notebook": source, "notebook_sha256": sha256_file(ch.source),
-                  "started": now_iso()}
+                  "started": now_iso(), **({"parameters_outside_root": outside} if outside else {})}
         write_manifest(out, **record, status="running")
         try:
             execute(ch, params, out / ch.source.name, root, paths)

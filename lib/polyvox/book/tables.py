@@ -262,12 +262,13 @@ def _inline_html(text: str) -> str:
 def small_table_html(caption: str, header: list[str], rows: list[list[str]]) -> str:
     """A small table of text cells (inline code spans kept) with its caption, in the book tables' style and
     scroll box: for tables written by the book itself (a chapter's parameters, a run's), as one HTML block
-    with no blank line, so that MyST and markdown-it pass it through inside an admonition."""
+    with no blank line, so that MyST and markdown-it pass it through inside an admonition. Class ``pv-table
+    pv-params``: styled as the chapters' tables, told apart from them (those have a CSV download each)."""
     head = "<tr>" + "".join(f'<th class="pv-text">{html.escape(h)}</th>' for h in header) + "</tr>"
     body = "".join("<tr>" + "".join(f'<td class="pv-text">{_inline_html(c)}</td>' for c in row) + "</tr>"
                    for row in rows)
     return ('<div class="pv-table-wrap" style="overflow-x:auto;max-width:100%">'
-            f'<table class="pv-table"><caption>{html.escape(caption)}</caption><thead>{head}</thead>'
+            f'<table class="pv-table pv-params"><caption>{html.escape(caption)}</caption><thead>{head}</thead>'
             f'<tbody>{body}</tbody></table></div>')
 
 

@@ -196,7 +196,8 @@
     tbody.innerHTML = body.join("");
     var total = g.rows.length;
     $(".pv-info").textContent = n ? "Showing " + (S.page * per + 1) + " to " + (S.page * per + shown.length) + " of " +
-      n + " problems" + (n < total ? " (filtered from " + total + ")" : "") : "0 of " + total + " problems";
+      n + (n === 1 ? " problem" : " problems") + (n < total ? " (filtered from " + total + ")" : "") :
+      "0 of " + total + (total === 1 ? " problem" : " problems");
     $(".pv-page").textContent = "page " + (S.page + 1) + " of " + pages;
     $(".pv-prev").disabled = S.page === 0;
     $(".pv-next").disabled = S.page >= pages - 1;
