@@ -115,10 +115,20 @@ SIZES = {
     # CPU, ~50 s of CPU time: the tests' size; it learns the reply's format, not the verdict (see above)
     "smoke": JudgeSettings(),
     # one GPU: 1,136 training users (of 1,600) × 8 prompts × 4 pairs, both orders (72,704 examples, ≤ 330
-    # tokens); held out: the 24 test users of the chapter's 128 × 8 prompts × 2 pairs (384 pairs)
+    # tokens); held out: the 24 test users of the chapter's 128 × 8 prompts × 2 pairs (384 pairs).
+    # max_positions 576, not 512: what it judges in the h200-v2 run is longer than what it trains on. Measured on
+    # a CPU (2026-12, this preset's tokenizer, the run's 1,792 test prompts, answers of tiny-chat with the
+    # warm+thorough card cut at the scale's 128 tokens, the same answer as A and B): greedy answers p50 232 /
+    # p99 316 / max 326 judge prompt tokens; the teacher's sampled answers (temperature 1, as the cap stage
+    # draws them) p50 261 / p99 321 / max 495, and the longest of them as both answers 510 — a looping answer
+    # of byte tokens costs up to 1.6 judge tokens per tiny-chat token — so with the judge's 16 reply tokens
+    # (judging.JUDGE_MAX_TOKENS) up to 526 positions, rounded up to a multiple of 64. Rotary positions add no
+    # parameter; positions past the training examples' are untrained, which the calibration does not see.
+    # The pipeline refuses a run whose modelled longest judge request passes max_positions before any stage
+    # runs, and the judge stage checks the real answers before it loads the model (judging.positions_refusal).
     "h200": JudgeSettings(size="h200", n_users=1600, per_user=8, pairs_per_prompt=4, vocab_size=1200, hidden=256,
-                          layers=6, head_dim=64, batch=64, steps=4000, lr=1e-3, device="cuda", loss_on_prompt=True,
-                          held_per_user=8, held_pairs_per_prompt=2),
+                          layers=6, head_dim=64, max_positions=576, batch=64, steps=4000, lr=1e-3, device="cuda",
+                          loss_on_prompt=True, held_per_user=8, held_pairs_per_prompt=2),
 }
 
 
@@ -163,6 +173,21 @@ def data(s: JudgeSettings) -> tuple[list[D.JudgePair], list[D.JudgePair]]:
                         s.p_correct)
     D.check_disjoint(train, held)
     return train, held
+
+
+def make_tokenizer(examples: list[tuple[str, str]], s: JudgeSettings):
+    """The judge tokenizer of a setting: :func:`polyvox.train.pretrain.train_tokenizer` on its first 4,000
+    training examples (deterministic: the same settings give the same vocabulary)."""
+    from ...train.pretrain import train_tokenizer
+
+    return train_tokenizer([p + " " + r for p, r in examples[:4000]], None, s.vocab_size, eos="<|im_end|>")
+
+
+def tokenizer_for(s: JudgeSettings):
+    """The tokenizer :func:`train` gives a judge model of settings ``s``, without training the model (a few
+    seconds of CPU for the h200 preset): what the pipeline's checks measure judge prompts with."""
+    train_pairs = D.make_pairs("train", s.n_users, s.per_user, s.pairs_per_prompt, s.world_seed, s.p_correct)
+    return make_tokenizer(D.examples(train_pairs, s.both_orders), s)
 
 
 def encode(tok, examples: list[tuple[str, str]], max_positions: int) -> list[tuple[list[int], int]]:
@@ -260,7 +285,7 @@ def train(out: str | Path, settings: JudgeSettings | None = None, progress: bool
     if threads is not None:
         torch.set_num_threads(threads)
 
-    from ...train.pretrain import save, sft_batches, tiny_qwen3, train_tokenizer
+    from ...train.pretrain import save, sft_batches, tiny_qwen3
 
     s = (settings or SIZES["smoke"]).check()
     out = check_out(out)
@@ -270,7 +295,7 @@ def train(out: str | Path, settings: JudgeSettings | None = None, progress: bool
     train_pairs, held = data(s)
     examples = D.examples(train_pairs, s.both_orders)
     torch.manual_seed(s.seed)
-    tok = train_tokenizer([p + " " + r for p, r in examples[:4000]], None, s.vocab_size, eos="<|im_end|>")
+    tok = make_tokenizer(examples, s)
     rows = encode(tok, examples, s.max_positions)
     verdict_ids = sorted({ids[n + i] for ids, n in rows for i in range(len(ids) - n - 1)
                           if tok.convert_ids_to_tokens(ids[n + i]) in D.VERDICTS})

@@ -111,6 +111,7 @@ MODEL_VERDICTS = "judge-by-model"  # the judge model's verdicts, beside judge/
 JUDGE_KEYS = ("steps", "lr", "seed", "batch", "n_users", "per_user", "pairs_per_prompt", "held_split",
               "held_n_users", "held_per_user", "held_pairs_per_prompt", "device")
 JUDGE_BATCH = 64  # the transformers backend's batch while the judge model judges (recorded in its identity)
+JUDGE_MAX_TOKENS = 16  # the judge model's reply budget (LLMJudge's default, recorded in its identity)
 HEADLINE = ("agreement_rubric", "agreement_truth", "call_agreement_truth", "rubric_agreement_truth",
             "true_tie_share", "flip_rate", "first_pick", "longer_pick", "longer_pick_truth")
 
@@ -184,7 +185,98 @@ def model_judge(out: Path, s: dict) -> judge.LLMJudge:
 
     js = judge_settings(s)
     model = judge_model_folder(out, s) / "model"
-    return judge.LLMJudge(make_backend("transformers", str(model), batch_size=JUDGE_BATCH, device=js.device))
+    return judge.LLMJudge(make_backend("transformers", str(model), batch_size=JUDGE_BATCH, device=js.device),
+                          max_tokens=JUDGE_MAX_TOKENS)
+
+
+# ---------------------------------------------------------------- the judge model's positions
+
+def judge_prompt_tokens(tok, calls: list[judge.Call]) -> list[int]:
+    """Token counts of the judge prompts of ``calls`` as the local backend renders them for the judge model
+    (:data:`polyvox.judge.JUDGE_TEMPLATE` as the user turn of ``tok``'s chat template, generation prompt added:
+    :func:`polyvox.backends.base.local_prompt`), one batched tokenizer call over the distinct texts."""
+    from ...backends import Request
+    from ...backends.base import local_prompt
+    from ...backends.hf import tokenize_prompts
+
+    texts = [local_prompt(tok, Request(judge.JUDGE_TEMPLATE.format(preference=c.preference, prompt=c.prompt,
+                                                                   first=c.first, second=c.second), chat=True))
+             for c in calls]
+    return [len(ids) for ids in tokenize_prompts(tok, texts)]
+
+
+def positions_refusal(prompt_tokens: int, positions: int, what: str) -> str | None:
+    """The one-line refusal when the longest judge prompt plus the reply budget passes the judge model's
+    positions (the transformers backend would refuse it: :func:`polyvox.backends.hf.check_positions`), else None."""
+    need = prompt_tokens + JUDGE_MAX_TOKENS
+    if need <= positions:
+        return None
+    return (f"judge model: {what}: the longest judge prompt is {prompt_tokens} tokens + {JUDGE_MAX_TOKENS} reply "
+            f"tokens = {need}, past its max_positions {positions}; raise the preset's max_positions to at least "
+            f"{-(-need // 64) * 64} (polyvox.studies.personas.judge_model.SIZES)")
+
+
+def modelled_calls(s: dict) -> list[judge.Call]:
+    """The longest judge calls a run of scale ``s`` can be expected to send, from its settings alone (before any
+    answer exists): for each test prompt of its world, A and B both the world's reference answer
+    (:func:`.world.respond`) in the style longest in tiny-chat tokens, looped to exactly the scale's
+    ``generate.max_tokens`` tokens of the generating model's tokenizer (an answer that runs to the cap, as the
+    cap stage saw the teacher's do). Not a bound: an answer of byte tokens costs the judge tokenizer more per
+    token (measured: up to 1.6), which :func:`exact_refusal` sees once the answers exist."""
+    import random
+
+    from transformers import AutoTokenizer
+
+    from .judge_data import STYLES
+    from .steps import _model
+
+    ctok = AutoTokenizer.from_pretrained(_model(s))
+    cap = int(s["generate"]["max_tokens"])
+    w = s["world"]
+    calls = []
+    for p in pw.prompts(w["n_users"], w["per_user"], w["seed"], split="test"):
+        rng = random.Random(f"judge-positions/{p.id}")
+        texts = [pw.respond(p.problem, style, rng) for style in STYLES]
+        ids = max((ctok(x, add_special_tokens=False)["input_ids"] for x in texts), key=len)
+        looped = (ids * (cap // max(1, len(ids)) + 1))[:cap]
+        answer = ctok.decode(looped, skip_special_tokens=True)
+        calls.append(judge.Call(p.id, p.text, p.preference, answer, answer))
+    return calls
+
+
+def judge_tokenizer(out: Path, s: dict):
+    """The judge model's tokenizer: its folder's when the judge-model stage has saved it, else the same one
+    trained from the settings (:func:`.judge_model.tokenizer_for`, a few seconds of CPU; nothing written)."""
+    from . import judge_model as M
+
+    model = judge_model_folder(out, s) / "model"
+    if M.is_complete(model) and M.read_manifest(model).get("settings") == dataclasses.asdict(judge_settings(s)):
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(model))
+    return M.tokenizer_for(judge_settings(s))
+
+
+def modelled_refusal(out: Path, s: dict) -> str | None:
+    """Read-only, for the pipeline's checks (before any stage runs): the refusal line when the longest modelled
+    judge prompt (:func:`modelled_calls`) plus the reply budget passes the judge model's max_positions."""
+    longest = max(judge_prompt_tokens(judge_tokenizer(out, s), modelled_calls(s)))
+    return positions_refusal(longest, judge_settings(s).max_positions,
+                             f"scale {s['name']!r}, answers of {s['generate']['max_tokens']} tokens (modelled)")
+
+
+def exact_refusal(out: Path, s: dict, tok=None) -> str | None:
+    """The refusal line when a judge prompt the judge-by-model stage will send — every comparison's answers in
+    ``systems/``, both orders — plus the reply budget passes the judge model's max_positions, else None."""
+    from ...judge.records import _calls
+
+    tok = tok if tok is not None else judge_tokenizer(out, s)
+    calls = [c for _name, a, b in comparisons(s, out / "systems") for p in judge.pairs(a, b)
+             for c in _calls(p)]
+    lengths = judge_prompt_tokens(tok, calls)
+    i = max(range(len(lengths)), key=lengths.__getitem__)
+    return positions_refusal(lengths[i], judge_settings(s).max_positions,
+                             f"{len(calls)} judge calls of systems/ (longest: prompt {calls[i].prompt_id})")
 
 
 def _overall(t: dict) -> dict:
@@ -196,6 +288,9 @@ def stage_judge_by_model(out: Path, s: dict) -> dict:
     """The judge model over every comparison, both orders, into ``judge-by-model/`` (one attempt per call: its
     decoding is greedy, so another attempt would answer the same); ``tallies.json``; returns the record's
     fields, with each comparison's overall tally by both judges side by side."""
+    line = exact_refusal(out, s)  # before the model is loaded: the backend would refuse the same mid-run
+    if line:
+        raise ValueError(line)
     j = model_judge(out, s)
     specs, tallies, calls, unparseable = _judge_all(out, s, out / MODEL_VERDICTS, j, max_attempts=1)
     scale_judge = {t["name"]: t for t in json.loads((out / "judge" / "tallies.json").read_text())}

@@ -56,7 +56,7 @@ from ... import judge, launch, stages
 from ...records import KIND_JUDGE, read_manifest
 from . import router as R  # noqa: F401 - the chapters read R.chat_prompt through this module
 from .judging import (BY, MODEL_VERDICTS, comparisons, judge_model_folder, judge_settings, make_judge,  # noqa: F401
-                      rubric_judge, stage_judge, stage_judge_by_model, stage_judge_model)
+                      modelled_refusal, rubric_judge, stage_judge, stage_judge_by_model, stage_judge_model)
 from .steps import (PAIRS, RECIPES, REMEDY, SYSTEMS, _prompts, check_recipe, grid, recipe, remedy_scale,  # noqa: F401
                     stage_generate, stage_heads, stage_router, stage_systems, units)
 from .sweep import cap_refusal, check_picked, point_folder, stage_cap, stage_chosen, stage_point
@@ -175,6 +175,10 @@ def pipeline(out: str | Path, s: dict) -> stages.Pipeline:
             if "judge-model" not in todo and own[0] in left:
                 raise ValueError(f"{own[0].folder}: missing: the scale {s['name']!r} judges with its judge_model "
                                  "(run the judge-model stage first)")
+        if "judge" in todo and own[1] in left:  # the judge model's positions hold the judge prompts (modelled)
+            line = modelled_refusal(out, s)
+            if line:
+                raise ValueError(line)
         if any(st.name in todo for st in left) and judge_settings(s).device == "cuda":
             import torch
 
