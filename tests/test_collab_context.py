@@ -55,6 +55,7 @@ def smoke():
 
 # ---------------------------------------------------------------- 1. the recorded behaviour, unchanged
 
+@pytest.mark.slow
 def test_without_the_field_rows_are_as_before(smoke):
     s, tok, pairs = smoke
     seq_len = s["models"]["seq_len"]
@@ -98,6 +99,7 @@ def test_refuse_within_seq_len_cuts_nothing(smoke):
         models.chat_rows(tok, pairs, longest, "cut")
 
 
+@pytest.mark.slow
 def test_a_model_built_under_refuse_declares_seq_len_positions(smoke):
     s, tok, _ = smoke
     spec = {k: v for k, v in s["models"]["sizes"]["small"].items() if k != "steps"}
@@ -147,6 +149,7 @@ def test_train_base_under_refuse_saves_seq_len_positions(smoke, tmp_path):
 
 # ---------------------------------------------------------------- 3. h200-ordered's seq_len covers what it meets
 
+@pytest.mark.slow
 def test_h200_ordered_seq_len_covers_training_and_evaluation():
     s = pipeline.load_scale("h200-ordered")
     m = s["models"]

@@ -135,6 +135,7 @@ def test_level_1_and_qa_give_their_whole_partition(ordered):
         assert {(q.metadata["person"], q.metadata["hops"]) for q in ordered[sp] if q.metadata["task"] == "qa"} == chains
 
 
+@pytest.mark.slow
 def test_the_sizes_meet_the_stated_power(ordered):
     s, test = ordered["s"], ordered["test"]
     assert _count(test) == {("world", 1): 67, ("world", 2): 630, ("world", 3): 630,
@@ -170,6 +171,7 @@ def test_training_is_drawn_from_the_train_partition_at_the_scale_s_counts(ordere
     assert [p.id for p in pipeline.problems(s, "train")] == [p.id for p in train]
 
 
+@pytest.mark.slow
 def test_the_validation_split_is_seeded_checked_and_recorded(ordered):
     s, test, train, val = ordered["s"], ordered["test"], ordered["train"], ordered["validation"]
     assert [p.id for p in models.validation_problems(s, test, train)] == [p.id for p in val]

@@ -120,7 +120,7 @@ def judge_model_records(out, jm, rubric_tallies) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_pipeline_smoke_end_to_end_and_resume(tmp_path, root):
+def test_pipeline_smoke_end_to_end_and_resume(tmp_path, root, capsys):
     """Every stage at smoke scale with the shipped tiny-chat; a rerun skips everything; judge tally prints."""
     from polyvox import judge
     from polyvox.studies.personas import pipeline
@@ -154,6 +154,9 @@ def test_pipeline_smoke_end_to_end_and_resume(tmp_path, root):
     # issue 22, item 4: the judge model trained and calibrated, its verdicts beside the rubric's
     jm = pipeline.judge_model_folder(out, pipeline.load_scale("smoke"))
     model_tallies = judge_model_records(out, jm, tallies)
+    from test_personas_model_judge import check_smoke_run_model_judge
+
+    check_smoke_run_model_judge(out, capsys)  # the chapter's readers and `judge tally --judge model` on this run
     records = run_ids(out)
     pipeline.run(out, "smoke")  # resumable: nothing redone, nothing duplicated
     assert len((out / "judge" / "verdicts.jsonl").read_text().splitlines()) == n_verdicts

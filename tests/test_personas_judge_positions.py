@@ -35,6 +35,7 @@ def test_a_too_small_max_positions_is_refused_in_one_line_naming_the_numbers():
         assert n in line
 
 
+@pytest.mark.slow
 def test_modelled_answers_run_to_the_scale_cap(v2):
     from transformers import AutoTokenizer
 
@@ -47,12 +48,14 @@ def test_modelled_answers_run_to_the_scale_cap(v2):
     assert max(n) >= v2["generate"]["max_tokens"] - 2 and max(n) <= v2["generate"]["max_tokens"] + 2
 
 
+@pytest.mark.slow
 def test_h200_v2_judge_prompts_fit_the_judge_models_positions(v2, v2_longest):
     positions = J.judge_settings(v2).max_positions
     assert v2_longest + J.JUDGE_MAX_TOKENS <= positions, (v2_longest, positions)
     assert J.modelled_refusal(P.Path("/nonexistent-run"), v2) is None
 
 
+@pytest.mark.slow
 def test_the_pipeline_refuses_a_too_small_max_positions_before_any_stage(v2, v2_longest, tmp_path, monkeypatch):
     small = v2_longest + J.JUDGE_MAX_TOKENS - 1
     monkeypatch.setitem(M.SIZES, "h200", dataclasses.replace(M.SIZES["h200"], max_positions=small))

@@ -389,12 +389,10 @@ def test_the_chapter_computes_whether_the_judge_model_judges(runs, tmp_path):
 
 # ---------------------------------------------------------------- a real smoke run
 
-@pytest.mark.slow
-def test_a_smoke_runs_judge_model_is_read_beside_the_rubric(tmp_path, capsys):
-    """The smoke pipeline trains its judge model (seconds) and records judge-by-model/: the readers, the side by
-    side family and the command read the records as the pipeline wrote them."""
-    out = tmp_path / "run"
-    pipeline.run(out, "smoke")
+def check_smoke_run_model_judge(out, capsys):
+    """On a smoke run (the pipeline trains its judge model and records judge-by-model/): the readers, the side
+    by side family and the command read the records as the pipeline wrote them. Called by
+    tests/test_personas.py's smoke test, which runs the pipeline once for both."""
     s = pipeline.load_scale(out / "scale.yaml")
     assert I.model_judge_form(out, s) == {"verdicts": True, "calibration": True, "same model": True}
     j = I.model_judge(out)

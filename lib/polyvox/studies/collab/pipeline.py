@@ -67,6 +67,9 @@ def load_scale(scale: str | Path) -> dict:
     return stages.load_scale("collab", scale, {"data", "models", "pd", "rl", "eval"}, {"threads", "endpoints"})
 
 
+_PROBLEMS: dict[str, list] = {}  # problem sets already drawn in this process, by their settings
+
+
 def problems(s: dict, split: str) -> list[Problem]:
     """The scale's ``train`` or ``test`` questions (world, then QA). Training: ``data.world_per_level`` per
     level and ``data.qa_n``, at ``data.seed``; test: ``eval``'s counts at ``data.seed`` + :data:`TEST_SEED_OFFSET`.
@@ -77,7 +80,17 @@ def problems(s: dict, split: str) -> list[Problem]:
     every underlying problem has one split (:func:`.tasks.underlying_split`); training draws ``data``'s
     counts from the ``train`` partition, the test set holds each underlying problem of the ``test`` partition
     at most once (:func:`.models.held_out`: ``eval.world_per_level`` per level and ``eval.qa_n`` at most, level 1
-    and QA holding fewer), so its questions are independent units for the power computation."""
+    and QA holding fewer), so its questions are independent units for the power computation.
+
+    A set depends only on ``data``, ``eval`` and ``split``: drawn once per process (the underlying split draws
+    thousands of problems), a new list each call."""
+    key = json.dumps({"data": s["data"], "eval": s["eval"], "split": split}, sort_keys=True, default=str)
+    if key not in _PROBLEMS:
+        _PROBLEMS[key] = _draw(s, split)
+    return list(_PROBLEMS[key])
+
+
+def _draw(s: dict, split: str) -> list[Problem]:
     d = s["data"] if split == "train" else s["eval"]
     seed = s["data"]["seed"] + (0 if split == "train" else TEST_SEED_OFFSET)
     if s["data"].get("split_by") == "underlying":
