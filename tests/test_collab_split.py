@@ -100,6 +100,7 @@ def _count(ps) -> Counter:
     return Counter((p.metadata["task"], p.metadata["level"]) for p in ps)
 
 
+@pytest.mark.slow  # draws h200-ordered's sets (seconds)
 def test_the_ordered_scale_splits_by_the_underlying_problem(ordered):
     s = ordered["s"]
     assert s["data"]["split_by"] == "underlying" and models.split_by_underlying(s)
@@ -107,6 +108,7 @@ def test_the_ordered_scale_splits_by_the_underlying_problem(ordered):
         assert not models.split_by_underlying(pipeline.load_scale(name))
 
 
+@pytest.mark.slow  # draws h200-ordered's sets (seconds)
 def test_train_validation_and_test_are_disjoint_by_underlying_problem(ordered):
     for a, b in [("train", "validation"), ("train", "test"), ("validation", "test")]:
         assert not _keys(ordered[a]) & _keys(ordered[b]), (a, b)
@@ -119,12 +121,14 @@ def test_train_validation_and_test_are_disjoint_by_underlying_problem(ordered):
     assert not people["validation"] & people["test"]
 
 
+@pytest.mark.slow  # draws h200-ordered's sets (seconds)
 @pytest.mark.parametrize("split", ["test", "validation"])
 def test_each_held_out_underlying_problem_appears_once(ordered, split):
     ps = ordered[split]
     assert len(_keys(ps)) == len(ps) and len({p.id for p in ps}) == len(ps)
 
 
+@pytest.mark.slow  # draws h200-ordered's sets (seconds)
 def test_level_1_and_qa_give_their_whole_partition(ordered):
     level1 = _drawn(1, 6000, seed=11)
     for sp in ("test", "validation"):
@@ -157,6 +161,7 @@ def test_the_sizes_meet_the_stated_power(ordered):
     assert len(s["data"]["world_levels"]) * e["world_per_level"] + e["qa_n"] > pipeline.n_test(s)
 
 
+@pytest.mark.slow  # draws h200-ordered's sets (seconds)
 def test_training_is_drawn_from_the_train_partition_at_the_scale_s_counts(ordered):
     s, train = ordered["s"], ordered["train"]
     d = s["data"]

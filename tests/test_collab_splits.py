@@ -54,7 +54,7 @@ def test_an_unknown_split_is_refused():
         make_qa(3, split="dev")
 
 
-@pytest.mark.parametrize("scale", ["smoke", "cpu", "h200-ordered"])
+@pytest.mark.parametrize("scale", ["smoke", "cpu", pytest.param("h200-ordered", marks=pytest.mark.slow)])
 def test_the_pipeline_s_train_validation_and_test_questions_share_no_chain(scale):
     s = pipeline.load_scale(scale)
     train, test = pipeline.problems(s, "train"), pipeline.problems(s, "test")

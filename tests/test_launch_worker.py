@@ -31,9 +31,9 @@ class Toy:
             raise RuntimeError(f"{folder} failed on purpose")
         if folder.startswith("die"):
             os.kill(os.getpid(), signal.SIGKILL)
-        time.sleep(0.3)
+        time.sleep(0.05)
         (self.out / f"{folder}.json").write_text(json.dumps({"pid": os.getpid(), "span": [t0, time.time()]}))
-        return 0.3
+        return 0.05
 
 def pipeline(out):
     return Toy(out)
