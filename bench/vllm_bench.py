@@ -103,6 +103,21 @@ def parse_args(argv=None):
     return args
 
 
+def machine_free(value):
+    """The result with no path of this machine: the home folder as ``~``, another absolute path as
+    :func:`polyvox.records.portable_path` writes it (its last two parts)."""
+    from polyvox.records import portable_path
+
+    if isinstance(value, dict):
+        return {k: machine_free(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [machine_free(v) for v in value]
+    if isinstance(value, str) and value.startswith("/"):
+        home = str(Path.home())
+        return "~" + value[len(home):] if value.startswith(home + "/") else portable_path(value)
+    return value
+
+
 def compile_cache_state() -> dict:
     root = Path(os.environ.get("VLLM_CACHE_ROOT", Path.home() / ".cache" / "vllm")) / "torch_compile_cache"
     files = sum(1 for f in root.rglob("*") if f.is_file()) if root.is_dir() else 0
@@ -312,7 +327,7 @@ def main(argv=None):
 
     def save():
         result["elapsed_s"] = round(time.perf_counter() - T0, 1)
-        out.write_text(json.dumps(result, indent=1) + "\n")
+        out.write_text(json.dumps(machine_free(result), indent=1) + "\n")
 
     for r in range(args.rounds if "1" in args.parts else 0):
         order = args.arms[r % len(args.arms):] + args.arms[:r % len(args.arms)]
