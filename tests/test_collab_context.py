@@ -77,6 +77,7 @@ def test_recorded_scales_keep_their_settings_and_positions(scale):
 
 # ---------------------------------------------------------------- 2. models.truncate: refuse
 
+@pytest.mark.slow  # builds a tokenizer (seconds)
 def test_refuse_names_the_longest_example(smoke):
     s, tok, pairs = smoke
     lengths = [len(a) for a, _ in models.chat_rows(tok, pairs, 10 ** 9)]
@@ -121,6 +122,7 @@ def test_the_field_is_typed(tmp_path):
         pipeline.load_scale(tmp_path / "bad.yaml")
 
 
+@pytest.mark.slow  # builds a tokenizer (seconds)
 def test_the_models_stage_refuses_before_training(tmp_path, monkeypatch):
     """Under refuse, a PD row past seq_len stops the models stage before any model trains."""
     d = yaml.safe_load((ROOT / "configs/collab/smoke.yaml").read_text())

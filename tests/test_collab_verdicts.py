@@ -162,6 +162,7 @@ def test_the_recorded_family(rec, fam):
     assert sum(v.word == "not distinguishable" for v in fam.verdicts) == 3
 
 
+@pytest.mark.slow  # draws h200-ordered's test set (seconds)
 def test_power_from_the_recorded_pilot(fam):
     pw = V.power(fam)
     assert (pw.pilot.a_only + pw.pilot.b_only, pw.pilot.n) == (57, 240)

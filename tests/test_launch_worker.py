@@ -57,6 +57,7 @@ def _rec(out, name):
     return json.loads((out / f"{name}.json").read_text())
 
 
+@pytest.mark.slow  # starts Python processes (a second each)
 def test_two_slots_serve_five_stages_from_two_processes_in_order(toy):
     names = ["a0", "a1", "a2", "a3", "z"]
     res = launch.run_jobs(_jobs(toy, names, {"z": ["a0", "a3"]}), launch.Placement(per_gpu=2), toy / "logs",
@@ -68,6 +69,7 @@ def test_two_slots_serve_five_stages_from_two_processes_in_order(toy):
     assert "stage a2 in" in log and "from C level" in log and "stage a1" not in log
 
 
+@pytest.mark.slow  # starts Python processes (a second each)
 def test_without_reuse_every_stage_has_a_process_of_its_own(toy):
     names = ["a0", "a1", "a2"]
     res = launch.run_jobs(_jobs(toy, names), launch.Placement(per_gpu=1), toy / "logs", progress=False, reuse=False)
@@ -75,6 +77,7 @@ def test_without_reuse_every_stage_has_a_process_of_its_own(toy):
     assert len({_rec(toy, n)["pid"] for n in names}) == 3
 
 
+@pytest.mark.slow  # starts Python processes (a second each)
 def test_a_failed_stage_ends_its_worker_and_the_next_stage_gets_a_fresh_one(toy):
     names = ["a0", "fail-1", "after", "a2"]
     res = {r.name: r for r in launch.run_jobs(_jobs(toy, names, {"after": ["fail-1"]}), launch.Placement(per_gpu=1),
@@ -86,6 +89,7 @@ def test_a_failed_stage_ends_its_worker_and_the_next_stage_gets_a_fresh_one(toy)
     assert "RuntimeError: fail-1 failed on purpose" in (toy / "logs" / "fail-1.log").read_text()
 
 
+@pytest.mark.slow  # starts Python processes (a second each)
 def test_a_worker_killed_mid_stage_fails_that_stage_only(toy):
     names = ["a0", "die-1", "a2", "a3"]
     res = {r.name: r for r in launch.run_jobs(_jobs(toy, names), launch.Placement(per_gpu=1), toy / "logs",
