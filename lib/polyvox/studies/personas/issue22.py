@@ -31,7 +31,7 @@ import pandas as pd
 
 from ...records import read_jsonl
 from . import world as pw
-from .judging import MODEL_VERDICTS  # judge-by-model: the judge model's verdicts beside the rubric's judge/
+from .judging import MODEL_VERDICTS, read_object  # judge-by-model: the judge model's verdicts beside the rubric's judge/
 
 RECORDS = {"cap": "measurement of the generation cap",  # cap/cap.json
            "sweep": "validation sweep",  # sweep/chosen/
@@ -239,22 +239,11 @@ class RecordedJudge:
         return parse_verdict(raw)
 
 
-def _record(path: Path) -> dict:
-    """A JSON object read from ``path`` ({} when it is missing or not one)."""
-    from ...records import RecordError, read_json
-
-    try:
-        data = read_json(path) if path.is_file() else {}
-    except RecordError:
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def model_judge(run: str | Path) -> RecordedJudge | None:
     """The judge model's verdicts of a run (``judge-by-model/``: its complete stage record, whose ``identity``
     keys the verdicts, and its ``tallies.json``) as a :class:`RecordedJudge`; None when the run has none."""
     folder = Path(run) / MODEL_VERDICTS
-    rec = _record(folder / "stage.json")
+    rec = read_object(folder / "stage.json")
     if rec.get("status") != "complete" or not isinstance(rec.get("identity"), dict) \
             or not (folder / "tallies.json").is_file():
         return None
@@ -265,7 +254,7 @@ def model_judge_folder(run: str | Path, s: dict | None = None) -> Path | None:
     """The judge model's folder (``judge-model/<size>-<digest>/``) whose verdicts ``judge-by-model/`` holds: the
     input its stage record names, else the scale's (:func:`.judging.judge_model_folder`); None without either."""
     run = Path(run)
-    inputs = _record(run / MODEL_VERDICTS / "stage.json").get("settings", {}).get("inputs", {})
+    inputs = read_object(run / MODEL_VERDICTS / "stage.json").get("settings", {}).get("inputs", {})
     named = sorted(k for k in inputs if k.startswith("judge-model/")) if isinstance(inputs, dict) else []
     if named:
         return run / named[0]
@@ -283,7 +272,7 @@ def calibration(run: str | Path, s: dict | None = None) -> dict | None:
         return None
     from .judge_calibration import FILE
 
-    cal = _record(folder / "model" / FILE)
+    cal = read_object(folder / "model" / FILE)
     return cal if all(k in cal for k, _ in CALIBRATION_ROWS) else None
 
 

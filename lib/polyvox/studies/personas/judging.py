@@ -143,8 +143,9 @@ def _rates(rec: dict) -> dict:
     return {m: {k: rec[m][k] for k in ("k", "n", "rate", "low", "high")} for m in HEADLINE}
 
 
-def _calibrated(path: Path) -> dict:
-    """A calibration record ({} when there is none or it cannot be read as one)."""
+def read_object(path: Path) -> dict:
+    """A JSON object read from ``path`` ({} when it is missing, unreadable or not an object): a stage or
+    calibration record that may not exist yet."""
     try:
         data = read_json(path) if path.is_file() else {}
     except RecordError:
@@ -170,7 +171,7 @@ def stage_judge_model(out: Path, s: dict) -> dict:
         M.train(model, js, progress=False, threads=None)  # the pipeline set the process's thread count
     m = M.read_manifest(model)
     cal = model / C.FILE
-    if _calibrated(cal).get("weights_sha256") != m["weights_sha256"]:  # none, unreadable or of other weights
+    if read_object(cal).get("weights_sha256") != m["weights_sha256"]:  # none, unreadable or of other weights
         C.calibrate(model, batch_size=JUDGE_BATCH, device=js.device)
     rec = read_json(cal)
     return {"model": "model", "parameters": m["parameters"], "final_loss": m["final_loss"],
