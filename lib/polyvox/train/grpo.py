@@ -23,8 +23,10 @@ run on each model's *variance band*.
 Stages run in sequence (an easy stage then a harder one, as the study's GSM8K
 then MATH stages); each continues the previous stage's adapter. Per step, a JSONL
 line (reward mean and spread, format-valid rate, accuracy, completion lengths);
-every ``eval_every`` steps a held-out evaluation line; adapters are saved every
-``save_every`` steps and at the end of each stage (safetensors).
+every ``eval_every`` steps a held-out evaluation line; the adapter is saved (safetensors) every
+``save_every`` steps into ``<stage>/step-<n>/`` and at the end of each stage into ``<stage>/adapter/``.
+TRL's own checkpoints are off (``save_strategy="no"``): they pickle the optimizer, scheduler and RNG
+state, and a run is not resumed mid-way, so nothing would read them.
 
 Data-parallel under ``accelerate launch`` or ``torchrun`` (:mod:`polyvox.train.parallel`): the
 global batch stays ``prompts_per_step × group_size`` completions per step, each of N processes
@@ -323,6 +325,9 @@ def _stages(cfg: RLConfig, out: Path, tok, summary: dict, device: str, attempts:
                     rec.update({f"fastgen_{k}": round(v, 3) if isinstance(v, float) else v for k, v in timing.items()})
                 if writer:
                     append_jsonl(out / "train_log.jsonl", [finite_or_null(rec)])  # a NaN metric logs as null
+                    if state.global_step % cfg.save_every == 0 and state.global_step < stage.steps:
+                        save_adapter(current["trainer"].accelerator.unwrap_model(current["trainer"].model),
+                                     stage_dir / f"step-{state.global_step}")
                 if cfg.heldout and state.global_step % cfg.eval_every == 0:
                     _heldout(step)  # every rank: the evaluation is sharded
 
@@ -341,8 +346,8 @@ def _stages(cfg: RLConfig, out: Path, tok, summary: dict, device: str, attempts:
             # each step is prompts_per_step groups of group_size completions in all, shared by the processes
             per_device_train_batch_size=parallel.per_rank_completions(cfg.prompts_per_step, cfg.group_size, processes),
             num_generations=cfg.group_size, max_completion_length=cfg.max_completion_length,
-            temperature=cfg.temperature, beta=cfg.beta, logging_steps=1, save_strategy="steps",
-            save_steps=cfg.save_every, report_to=[], seed=cfg.seed, bf16=device == "cuda",
+            temperature=cfg.temperature, beta=cfg.beta, logging_steps=1, save_strategy="no",
+            report_to=[], seed=cfg.seed, bf16=device == "cuda",
             disable_tqdm=not progress, lr_scheduler_type="constant", warmup_steps=0,
             gradient_checkpointing=False, use_cpu=device == "cpu",
             gradient_accumulation_steps=cfg.gradient_accumulation_steps, use_vllm=cfg.use_vllm,
@@ -355,7 +360,6 @@ def _stages(cfg: RLConfig, out: Path, tok, summary: dict, device: str, attempts:
 
             trainer_class = fast_trainer_class()
             trainer_class.polyvox_model_path, trainer_class.polyvox_seed = cfg.model, cfg.seed
-        trainer_class = parallel.only_main_saves(trainer_class)  # the same class for one process
         trainer = trainer_class(model=model, reward_funcs=reward_fn, args=args, train_dataset=dataset,
                                 processing_class=tok, peft_config=peft_config, callbacks=[Logger()])
         current["trainer"] = trainer

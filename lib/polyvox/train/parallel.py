@@ -119,17 +119,3 @@ def wait_for_everyone() -> None:
         from accelerate import PartialState
 
         PartialState().wait_for_everyone()
-
-
-def only_main_saves(trainer_class):
-    """``trainer_class`` whose non-main ranks write nothing into a checkpoint (their RNG state)."""
-    if world_size() == 1:
-        return trainer_class
-
-    class OneWriterTrainer(trainer_class):
-        def _save_rng_state(self, output_dir):
-            if self.accelerator.is_main_process:
-                super()._save_rng_state(output_dir)
-
-    OneWriterTrainer.__name__ = OneWriterTrainer.__qualname__ = f"OneWriter{trainer_class.__name__}"
-    return OneWriterTrainer
