@@ -2,7 +2,8 @@
 
 A toy pipeline module written into tmp_path (on the workers' PYTHONPATH) records, for each stage, the
 worker's pid and the stage's start and end; a stage named ``fail-*`` raises, one named ``die-*`` kills
-its own process (SIGKILL), as a crash or the OOM killer would.
+its own process (SIGKILL), as a crash or the OOM killer would; one named ``hang-*`` sleeps without a word and
+ignores SIGTERM (``hang-once-*``: only the first time), one named ``busy-*`` prints for 3 s before it ends.
 """
 from __future__ import annotations
 
@@ -31,6 +32,15 @@ class Toy:
             raise RuntimeError(f"{folder} failed on purpose")
         if folder.startswith("die"):
             os.kill(os.getpid(), signal.SIGKILL)
+        marker = self.out / f"{folder}.started"
+        if folder.startswith("hang") and not (folder.startswith("hang-once") and marker.exists()):
+            marker.write_text("")
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a hung CUDA call does not answer SIGTERM either
+            time.sleep(3600)
+        if folder.startswith("busy"):  # silent for no more than 0.3 s at a time, for 3 s in all
+            for _ in range(10):
+                print("step", flush=True)
+                time.sleep(0.3)
         time.sleep(0.05)
         (self.out / f"{folder}.json").write_text(json.dumps({"pid": os.getpid(), "span": [t0, time.time()]}))
         return 0.05
@@ -104,3 +114,27 @@ def test_workers_exit_when_the_launch_ends(toy):
     for pid in {_rec(toy, n)["pid"] for n in ("a0", "a1")}:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+@pytest.mark.slow  # starts Python processes (a second each)
+@pytest.mark.parametrize("reuse", [True, False])
+def test_a_stalled_stage_is_killed_and_started_once_more_then_failed(toy, reuse):
+    import time
+
+    t0 = time.time()
+    names = ["hang-1", "hang-once-2", "busy-3", "after"]
+    res = {r.name: r for r in launch.run_jobs(_jobs(toy, names, {"after": ["hang-1"]}), launch.Placement(per_gpu=2),
+                                              toy / "logs", progress=False, reuse=reuse, stall_s=1.0)}
+    assert res["hang-1"].status == RunStatus.FAILED and res["hang-1"].returncode == launch.STALLED_RC
+    assert res["after"].status == launch.SKIPPED
+    assert res["hang-once-2"].status == RunStatus.COMPLETE  # killed once, complete when started again
+    assert res["busy-3"].status == RunStatus.COMPLETE  # 3 s of steady output: never taken for a stall
+    assert time.time() - t0 < 60  # an hour's sleep did not hold the launch
+
+
+@pytest.mark.slow  # a 3 s stage
+def test_the_stall_watch_is_off_at_zero_and_reads_its_variable(toy, monkeypatch):
+    monkeypatch.setenv(launch.STALL_ENV, "0")
+    res = launch.run_jobs(_jobs(toy, ["busy-1"]), launch.Placement(per_gpu=1), toy / "logs", progress=False,
+                          reuse=False)
+    assert [r.status for r in res] == [RunStatus.COMPLETE]

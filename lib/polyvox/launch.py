@@ -21,7 +21,10 @@ on the shared disk and each rank's ``launch/rank-<r>.json`` (one writer each). R
 root's lock and writes the root manifest; the other ranks take no lock and write only their own file.
 
 Departures from a plain process pool: a failed job does not stop the others, only the jobs that
-read its folder (reported ``skipped``); an interrupted launch (Ctrl-C, SIGTERM) stops its workers,
+read its folder (reported ``skipped``); a job that makes no progress for ``stall_s`` seconds (neither
+its log nor any file of its stage folder changed: on the H200 one of eight RL runs sharing the GPU once
+hung at its first step for 22 minutes while the others finished) is killed and started once more, then
+failed if it stalls again (``POLYVOX_LAUNCH_STALL_S``, default :data:`STALL_S`; 0 turns the watch off); an interrupted launch (Ctrl-C, SIGTERM) stops its workers,
 and a rerun resumes, since each stage is resumable and complete stages are skipped. A worker's output
 goes to ``launch/rank-<r>/<job>.log`` under the run folder.
 """
@@ -47,6 +50,10 @@ from .statuses import RunStatus
 LAUNCH_DIR = "launch"  # under a pipeline's root folder: the launcher's status files and worker logs
 FRESH_ENV = "POLYVOX_LAUNCH_FRESH_PROCESS"  # "1": a process per stage (run_pipeline's fresh_process)
 POLL_S = 0.2
+STALL_ENV = "POLYVOX_LAUNCH_STALL_S"  # seconds without progress before a job is killed (0: never)
+STALL_S = 1800.0  # the default: above any silent phase of this project's stages (a band draw's chunk, a model's build)
+STALL_CHECK_S = 10.0  # how often running jobs are looked at (a folder walk each)
+STALLED_RC = -9  # the returncode recorded for a job killed for stalling twice
 
 
 @dataclass
@@ -114,7 +121,8 @@ def placement(per_gpu: int, gpus: list[str] | None = None) -> Placement:
 
 def run_jobs(jobs: list[Job], where: Placement, logs: Path, *, done: Callable[[str], bool] = lambda name: False,
              others: Callable[[], dict[str, str]] = dict, report: Callable[[list[JobResult]], None] | None = None,
-             progress: bool = True, log_root: Path | None = None, reuse: bool = False) -> list[JobResult]:
+             progress: bool = True, log_root: Path | None = None, reuse: bool = False,
+             stall_s: float | None = None) -> list[JobResult]:
     """Run ``jobs``, K per GPU slot of ``where``, each once the jobs it runs ``after`` are complete.
 
     ``reuse``: a job with a ``spec`` is sent to the slot's worker process (:mod:`polyvox.launch_worker`),
@@ -123,7 +131,12 @@ def run_jobs(jobs: list[Job], where: Placement, logs: Path, *, done: Callable[[s
     An ``after`` that is not among ``jobs`` is run elsewhere (another rank, an earlier launch): its state
     comes from ``done(name)`` (complete on disk) and ``others()`` (name → status of other ranks' finished
     jobs), so a job whose input failed elsewhere is skipped. ``report`` receives the results after each
-    change (the rank's status file). Results come back in the order of ``jobs``."""
+    change (the rank's status file). Results come back in the order of ``jobs``.
+
+    ``stall_s`` (default ``POLYVOX_LAUNCH_STALL_S`` or :data:`STALL_S`; 0: off): a running job whose log and
+    stage folder (``log_root / name``, when it exists) have not changed for that long is killed (its whole
+    process group; a worker with it) and queued again, once; a second stall fails it (returncode
+    :data:`STALLED_RC`). A restarted stage starts over, as after any interruption."""
     if len({j.name for j in jobs}) != len(jobs):
         raise ValueError("job names must be unique")
     from .launch_worker import Worker
@@ -136,6 +149,11 @@ def run_jobs(jobs: list[Job], where: Placement, logs: Path, *, done: Callable[[s
     workers: dict[int, Worker] = {}  # slot -> its worker (reuse)
     logs.mkdir(parents=True, exist_ok=True)
     total, t_start = len(mine), time.time()
+    if stall_s is None:
+        stall_s = float(os.environ.get(STALL_ENV, "") or STALL_S)
+    activity: dict[str, float] = {}  # name -> the newest change seen in its log or stage folder
+    restarted: set[str] = set()
+    last_watch = time.time()
 
     complete_elsewhere: set[str] = set()  # read from disk once: a complete stage stays complete
     def state_of(name: str) -> str | None:  # complete / failed / skipped / None (not finished)
@@ -178,6 +196,35 @@ def run_jobs(jobs: list[Job], where: Placement, logs: Path, *, done: Callable[[s
                 proc = subprocess.Popen(j.argv, stdout=log, stderr=subprocess.STDOUT, env=_worker_env(where, slots[slot]),
                                         start_new_session=True)
                 running[j.name] = (proc, time.time(), slot, log)
+            if stall_s > 0 and time.time() - last_watch >= min(STALL_CHECK_S, stall_s / 2):
+                last_watch = time.time()
+                for name, (proc, t0, slot, log) in list(running.items()):
+                    folder = (log_root / name) if log_root is not None else None
+                    seen = max(t0, activity.get(name, t0), _newest_change(logs / (name.replace("/", "__") + ".log"),
+                                                                          folder))
+                    activity[name] = seen
+                    if time.time() - seen < stall_s:
+                        continue
+                    quiet = round(time.time() - seen)
+                    _kill(proc)
+                    if isinstance(proc, Worker):
+                        workers.pop(slot, None)
+                    if log is not None:
+                        log.close()
+                    del running[name]
+                    free.append(slot)
+                    activity.pop(name, None)
+                    if name not in restarted:
+                        restarted.add(name)
+                        if progress:
+                            print(f"[stalled] {name}: no progress for {quiet} s; killed and queued again", flush=True)
+                        continue
+                    log_path = logs / (name.replace("/", "__") + ".log")
+                    shown = os.path.relpath(log_path, log_root) if log_root is not None else str(log_path)
+                    if progress:
+                        print(f"[stalled] {name}: no progress for {quiet} s again; failed", flush=True)
+                    finish(JobResult(name, RunStatus.FAILED, round(time.time() - t0, 2), slots[slot], STALLED_RC,
+                                     shown, where.rank))
             for name, (proc, t0, slot, log) in list(running.items()):
                 if isinstance(proc, Worker):
                     got = proc.result()
@@ -213,6 +260,28 @@ def run_jobs(jobs: list[Job], where: Placement, logs: Path, *, done: Callable[[s
     if progress:
         print(f"rank {where.rank}: {total} jobs in {time.time() - t_start:.1f} s", flush=True)
     return [results[j.name] for j in mine]
+
+
+def _newest_change(log: Path, folder: Path | None) -> float:
+    """The newest modification time of ``log`` and of the files under ``folder`` (0 if none exist)."""
+    newest = 0.0
+    paths = [log] + ([p for p in folder.rglob("*")] if folder is not None and folder.is_dir() else [])
+    for path in paths:
+        with contextlib.suppress(OSError):
+            newest = max(newest, path.stat().st_mtime)
+    return newest
+
+
+def _kill(proc) -> None:
+    """SIGKILL a job's process group (a stalled process may ignore SIGTERM) and reap it, so that the
+    stage folder's lock is free before the job starts again."""
+    popen = proc.proc if hasattr(proc, "send") else proc
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(popen.pid, signal.SIGKILL)
+    popen.wait()
+    if hasattr(proc, "send"):
+        with contextlib.suppress(OSError):
+            os.close(proc.results)
 
 
 def _worker_env(where: Placement, gpu: str | None) -> dict:
