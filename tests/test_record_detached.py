@@ -1,0 +1,75 @@
+"""scripts/record_detached.sh: a recording detached from the call that starts it, watched, unstuck and packed
+(real processes, a real tar)."""
+import os
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "record_detached.sh"
+pytestmark = pytest.mark.slow  # processes that sleep for seconds
+
+
+def _run(tmp: Path, *args: str, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TMPDIR": str(tmp), **(env or {})})
+
+
+def _alive(pid: int) -> bool:
+    state = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True).stdout.strip()
+    return bool(state) and not state.startswith("Z")
+
+
+def test_start_watch_and_exit_statuses(tmp_path):
+    assert _run(tmp_path, "start", "ok", "bash", "-c", "echo step 1; sleep 4; echo step 2").returncode == 0
+    again = _run(tmp_path, "start", "ok", "true")
+    assert again.returncode == 1 and "already running" in again.stderr
+    early = _run(tmp_path, "watch", "1", "ok")
+    assert early.returncode == 3 and "ok: running" in early.stdout  # still running after 1 s: 3
+    done = _run(tmp_path, "watch", "60", "ok")
+    assert done.returncode == 0 and "step 2" in done.stdout and "ok: exit 0" in done.stdout
+    _run(tmp_path, "start", "bad", "bash", "-c", "exit 4")
+    bad = _run(tmp_path, "watch", "60", "bad", "ok")
+    assert bad.returncode == 1 and "bad: exit 4" in bad.stdout
+    assert _run(tmp_path, "watch", "1", "never").returncode == 1
+
+
+def test_unstick_kills_the_holder_of_a_silent_stage_only(tmp_path):
+    run = tmp_path / "run"
+    (run / "launch" / "rank-0").mkdir(parents=True)
+    pids = {}
+    for name in ("stuck", "busy"):
+        folder = run / "seed-0" / name
+        folder.mkdir(parents=True)
+        proc = subprocess.Popen(["sleep", "300"], start_new_session=True)
+        (folder / ".lock").write_text(f"{proc.pid}\n")
+        pids[name] = proc
+    old = time.time() - 600
+    for f in [run / "seed-0" / "stuck" / ".lock"]:
+        os.utime(f, (old, old))
+    (run / "seed-0" / "busy" / "train_log.jsonl").write_text("{}\n")  # written just now
+    out = _run(tmp_path, "unstick", str(run), "60")
+    assert "seed-0/stuck: nothing written" in out.stdout and "busy" not in out.stdout
+    pids["stuck"].wait(timeout=10)
+    assert pids["stuck"].returncode == -9 and _alive(pids["busy"].pid)
+    pids["busy"].kill()
+
+
+def test_pack_leaves_out_weights_and_checkpoints_in_pieces(tmp_path):
+    run = tmp_path / "wv2"
+    (run / "seed-0" / "rl" / "checkpoint-2").mkdir(parents=True)
+    (run / "seed-0" / "rl" / "train_log.jsonl").write_text("{}\n" * 1000)
+    (run / "seed-0" / "rl" / "adapter_model.safetensors").write_bytes(b"w" * 100)
+    (run / "seed-0" / "rl" / "checkpoint-2" / "optimizer.pt").write_bytes(b"p")
+    (run / "big.bin").write_bytes(os.urandom(3 * 1024 * 1024))  # 3 MiB that gzip cannot shrink: 3 pieces of 1 MiB
+    assert _run(tmp_path, "pack", str(tmp_path / "out"), str(run), "1").returncode == 0
+    pieces = sorted((tmp_path / "out").glob("wv2.tgz.part-*"))
+    assert len(pieces) >= 3 and all(p.stat().st_size <= 1024 * 1024 for p in pieces)
+    joined = tmp_path / "joined.tgz"
+    joined.write_bytes(b"".join(p.read_bytes() for p in pieces))
+    with tarfile.open(joined) as tar:
+        names = tar.getnames()
+    assert "wv2/seed-0/rl/train_log.jsonl" in names and "wv2/big.bin" in names
+    assert not [n for n in names if n.endswith(".safetensors") or "checkpoint-" in n]
