@@ -65,3 +65,14 @@ def test_the_pipeline_refuses_a_too_small_max_positions_before_any_stage(v2, v2_
     msg = str(e.value)
     assert "\n" not in msg and f"max_positions {small}" in msg and str(v2_longest + J.JUDGE_MAX_TOKENS) in msg
     assert not out.exists()  # read-only
+
+
+@pytest.mark.parametrize("device,batch", [(None, 64), ("cpu", 64), ("cuda", 512), ("cuda:1", 512)])
+def test_the_judge_model_batch_follows_the_device(device, batch):
+    assert J.judge_batch(device) == batch
+
+
+def test_h200_v2_batches_are_the_gpu_s():
+    s = P.load_scale("h200-v2")
+    assert s["judge"]["chunk"] >= J.judge_batch("cuda")  # a cached chunk fills at least one GPU batch
+    assert s["generate"]["batch_size"] >= 1024

@@ -110,7 +110,13 @@ MODEL_VERDICTS = "judge-by-model"  # the judge model's verdicts, beside judge/
 # the keys of the scale's judge_model section besides size: each overrides JudgeSettings' field of that name
 JUDGE_KEYS = ("steps", "lr", "seed", "batch", "n_users", "per_user", "pairs_per_prompt", "held_split",
               "held_n_users", "held_per_user", "held_pairs_per_prompt", "device")
-JUDGE_BATCH = 64  # the transformers backend's batch while the judge model judges (recorded in its identity)
+# the transformers backend's batch while the judge model judges (recorded in its identity), by device: on a GPU a
+# batch of 64 short replies is launch overhead; greedy decoding gives the same verdicts at any batch
+JUDGE_BATCHES = {"cpu": 64, "cuda": 512}
+
+
+def judge_batch(device: str | None) -> int:
+    return JUDGE_BATCHES["cuda" if str(device or "cpu").startswith("cuda") else "cpu"]
 JUDGE_MAX_TOKENS = 16  # the judge model's reply budget (LLMJudge's default, recorded in its identity)
 HEADLINE = ("agreement_rubric", "agreement_truth", "call_agreement_truth", "rubric_agreement_truth",
             "true_tie_share", "flip_rate", "first_pick", "longer_pick", "longer_pick_truth")
@@ -172,7 +178,7 @@ def stage_judge_model(out: Path, s: dict) -> dict:
     m = M.read_manifest(model)
     cal = model / C.FILE
     if read_object(cal).get("weights_sha256") != m["weights_sha256"]:  # none, unreadable or of other weights
-        C.calibrate(model, batch_size=JUDGE_BATCH, device=js.device)
+        C.calibrate(model, batch_size=judge_batch(js.device), device=js.device)
     rec = read_json(cal)
     return {"model": "model", "parameters": m["parameters"], "final_loss": m["final_loss"],
             "train_seconds": m["seconds"], "weights_sha256": m["weights_sha256"],
@@ -186,7 +192,7 @@ def model_judge(out: Path, s: dict) -> judge.LLMJudge:
 
     js = judge_settings(s)
     model = judge_model_folder(out, s) / "model"
-    return judge.LLMJudge(make_backend("transformers", str(model), batch_size=JUDGE_BATCH, device=js.device),
+    return judge.LLMJudge(make_backend("transformers", str(model), batch_size=judge_batch(js.device), device=js.device),
                           max_tokens=JUDGE_MAX_TOKENS)
 
 
