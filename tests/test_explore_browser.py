@@ -308,6 +308,30 @@ def test_problem_text_is_visible_without_horizontal_scrolling_at_1280px(browser,
     p.close()
 
 
+CUTS = """() => Array.from(document.querySelectorAll('.pv-x .pv-xtext')).map(el =>
+  [el.closest('tr').getAttribute('data-pid'), el.classList.contains('pv-cut'), el.scrollHeight > el.clientHeight + 2])"""
+
+
+def test_a_problem_preview_cut_at_three_lines_says_so(browser, site):
+    url, pages = site
+    p = Page(browser, f"{url}/run.html")
+    i = [g["name"] for g in pages["run"]["groups"]].index("world")
+    p.x.locator("select.pv-bench").select_option(str(i))
+    p.show_all()
+    p.page.set_viewport_size({"width": 390, "height": 800})  # a phone: long problems take more than three lines
+    p.page.wait_for_timeout(1000)  # the resize marks the previews again
+    cuts = p.page.evaluate(CUTS)
+    assert cuts and all(marked == overflowing for _pid, marked, overflowing in cuts), cuts
+    assert any(m for _p, m, _o in cuts) and not all(m for _p, m, _o in cuts), cuts  # some cut, some whole
+    pid = next(pid for pid, m, _o in cuts if m)
+    assert "open the row" in p.x.locator(f"tr.pv-xtextrow[data-pid='{pid}'] .pv-xtext").get_attribute("title")
+    p.x.locator(f"tr.pv-row[data-pid='{pid}']").click()  # the opened row holds the whole problem, never cut
+    whole = p.x.locator("tr.pv-detail .pv-problem .pv-md")
+    assert whole.evaluate("el => el.scrollHeight <= el.clientHeight + 2")
+    assert not p.errors
+    p.close()
+
+
 def test_case_study_math_is_typeset_and_trace_headings_are_not_page_headings(browser, site):
     url, pages = site
     p = Page(browser, f"{url}/case.html")

@@ -120,8 +120,9 @@
   }
   function sampleLabel(x) {
     var o = x.correct === null ? "not graded" : (x.correct ? "correct" : "wrong");
-    return "sample " + x.i + " · " + o + " · " + x.length + " " + unit + (x.cap ? " · cap hit" : "") +
-      (x.valid === false ? " · invalid format" : "");
+    // short: a narrow column cuts a long option ("… · inv"); the facts under the selector say it in full
+    return "sample " + x.i + " · " + o + " · " + x.length + " " + unit + (x.cap ? " · cap" : "") +
+      (x.valid === false ? " · bad format" : "");
   }
   function traceHtml(x) {
     var facts = [x.correct === null ? "not graded" : (x.correct ? "<span class='pv-yes'>correct</span>" :
@@ -204,6 +205,17 @@
     counts();
     fit();
     typeset(tbody);
+    markCut(tbody);
+    setTimeout(function () { markCut(tbody); }, 800);  // again once the maths is typeset (heights change)
+  }
+  // a problem preview longer than its three lines fades out at the bottom (class pv-cut): the opened row shows it all
+  function markCut(el) {
+    el.querySelectorAll(".pv-xtext").forEach(function (box) {
+      var cut = box.scrollHeight > box.clientHeight + 2;
+      box.classList.toggle("pv-cut", cut);
+      if (cut) box.title = "The problem continues: open the row to read it all";
+      else box.removeAttribute("title");
+    });
   }
   function counts() {
     var g = G();
@@ -297,7 +309,8 @@
     var tr = ev.target.closest && ev.target.closest("tr.pv-row");
     if (tr && (ev.key === "Enter" || ev.key === " ")) { ev.preventDefault(); toggle(tr.getAttribute("data-pid")); }
   });
-  if (window.ResizeObserver) new ResizeObserver(fit).observe($(".pv-scrollx"));
-  else window.addEventListener("resize", fit);
+  function refit() { fit(); markCut(tbody); }  // a new width rewraps the previews: mark them again
+  if (window.ResizeObserver) new ResizeObserver(refit).observe($(".pv-scrollx"));
+  else window.addEventListener("resize", refit);
   render();
 })();
