@@ -322,11 +322,18 @@ class CollabScale(Strict):
 
     name: Text = None  # type: ignore[assignment]
     threads: Pos = None  # type: ignore[assignment] - torch intra-op threads (default: torch's)
+    # the pd, rl and eval stages once per seed, in seed-<k>/ (polyvox.studies.collab.pipeline); absent: once, unseeded
+    seeds: Seeds = None  # type: ignore[assignment]
     data: CollabData
     models: CollabModels
     pd: CollabPD
     rl: CollabRL
     eval: CollabEval
+
+    @field_validator("seeds")
+    @classmethod
+    def distinct_seeds(cls, v):
+        return _unique(v)
 
 
 class Endpoint(Strict):

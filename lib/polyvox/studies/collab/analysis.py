@@ -16,12 +16,14 @@
   classify each step (retry, forced, voluntary, end) and count turns per agent from the turn
   records; :func:`provenance` reads each arm's manifest (commit, device, versions) beside
   the weights its models carry (:func:`arm_weights`, from the pipeline's own wiring).
+- :func:`seed_evals`: a run's seeds and each one's eval folder (``seed-<k>/eval``, or ``eval`` unseeded).
 - :func:`ordering_check` (solo accuracy rises with size) and :func:`pool_vs_single` (refused unless it
   does); :func:`holm`, :func:`family`, :func:`mcnemar_n` (Connor 1987); the chapter's verdicts: :mod:`.verdicts`.
 """
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -38,6 +40,27 @@ from .tasks import grade_answer
 SOLO = ("solo-small", "solo-mid", "solo-big", "solo-large")
 CL = ("cl", "cl-pd", "cl-base", "homo")
 MAIN_PROJECTION = "final_or_last"
+
+
+def seed_evals(run_dir: str | Path) -> dict[int | None, Path]:
+    """A pipeline run's seeds, each with its eval folder, in seed order: ``{k: run_dir/seed-<k>/eval}`` for a
+    run of a scale with seeds (:mod:`.pipeline`'s layout), ``{None: run_dir/eval}`` for the unseeded layout
+    (the recorded runs). A seed whose eval stage has not run yet is listed all the same (its folder may not
+    exist: :func:`load` it once it does). Raises one line for a folder holding neither layout, or both."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ValueError(f"{run_dir}: no such run folder")
+    found = (re.fullmatch(r"seed-(0|[1-9][0-9]*)", d.name) for d in run_dir.iterdir() if d.is_dir())
+    seeded = sorted(int(m.group(1)) for m in found if m)  # numerically: seed-10 after seed-2
+    unseeded = (run_dir / "eval").is_dir() or (run_dir / "pd").is_dir()
+    if seeded and unseeded:
+        raise ValueError(f"{run_dir}: holds both an unseeded run (pd/ or eval/) and seed-<k>/ folders; a run folder "
+                         "holds one layout")
+    if seeded:
+        return {k: run_dir / f"seed-{k}" / "eval" for k in seeded}
+    if unseeded or (run_dir / "models").is_dir():
+        return {None: run_dir / "eval"}
+    raise ValueError(f"{run_dir}: not a collab pipeline run (no eval/, pd/, models/ or seed-<k>/ folder)")
 
 
 def load(eval_dir: str | Path) -> dict[str, list[dict]]:

@@ -1,6 +1,9 @@
 """``polyvox collab run``: every Part III stage for a scale into one folder (resumable).
 
     polyvox collab run --scale cpu --out runs/collab [--stages models,pd,rl,eval] [--models DIR]
+
+A scale with ``seeds`` runs ``models/`` once and pd, rl and eval once per seed, in ``seed-<k>/``
+(``--parallel K``: the seeds at once).
     python -m polyvox.studies.collab.cli collab run ...   (the same, before the lead wires it into polyvox)
 
 The lead's ``polyvox.cli`` calls :func:`add_commands` with its subparsers. A failing agent
@@ -53,11 +56,14 @@ def _stages():
 def add_commands(subparsers) -> None:
     p = subparsers.add_parser("collab", help="Part III: sliced models collaborating by hand-offs")
     sub = p.add_subparsers(dest="collab_command", required=True)
-    r = sub.add_parser("run", help="run every stage (models, pd, rl, eval) for a scale into --out")
+    r = sub.add_parser("run", help="run every stage (models, pd, rl, eval) for a scale into --out",
+                       description="Run every stage for a scale into --out: models/, pd/, rl/, eval/; a scale with "
+                                   "seeds: models/ once, then seed-<k>/pd, seed-<k>/rl, seed-<k>/eval for each "
+                                   "seed k (--parallel runs the seeds concurrently). Complete stages are skipped.")
     r.add_argument("--scale", default="smoke", help="configs/collab/<scale>.yaml or a YAML path")
     r.add_argument("--out", required=True)
     r.add_argument("--stages", default=None, type=config.names(_stages, "stage"),
-                   help="comma-separated subset of models,pd,rl,eval")
+                   help="comma-separated subset of models,pd,rl,eval (with seeds: that stage of every seed)")
     r.add_argument("--models", default=None, type=_models_dir,
                    help="use trained base models from this folder (small, mid, big, large)")
     launch.add_arguments(r)

@@ -1,7 +1,25 @@
 """Part III in miniature, stage by stage: models → pd → rl → eval.
 
+Layout of ``<out>`` (one folder per stage, each with its record):
+- a scale without ``seeds`` (the recorded runs): ``models/``, ``pd/``, ``rl/``, ``eval/``;
+- a scale with ``seeds: [k, …]`` (issue 23: several seeds of everything after pool training):
+  ``models/`` once, then for every seed k ``seed-<k>/pd/``, ``seed-<k>/rl/``, ``seed-<k>/eval/``, each
+  reading the models and its own seed's earlier stages, so the seeds are independent jobs that
+  ``--parallel K`` runs concurrently (:mod:`polyvox.launch`). A folder holds one layout (a seeded
+  scale on an unseeded run's folder, or the reverse, is refused; ``--models <old>/models`` reuses
+  its models in a new ``--out``). More seeds may be added to a scale later: the list is left out of
+  every stage's settings and of the root's check, so recorded seeds and models stay complete.
+
+Seeds (:func:`stage_seed`): seed k adds k to every random stream of the pd, rl and eval stages —
+``data.seed`` + offset for PD's trace slips, PD and GRPO training and the order of the RL states,
+the cascade's sampling seed and the solo and scheduler seeds. An unseeded scale is k = 0, so its
+streams are exactly those of the recorded runs, and ``seed-0`` of a scale repeats them. The
+problem sets (training, validation, test) and the models stage take ``data.seed`` alone: every
+seed trains from the same models on the same questions and is evaluated on the same test set, so
+seeds differ in the training and sampling randomness only.
+
 ``polyvox collab run --scale SCALE --out DIR`` (or :func:`run`) takes the stages in order, a
-:class:`polyvox.stages.Pipeline`: each writes ``<out>/<stage>/`` and its record
+:class:`polyvox.stages.Pipeline`: each writes its folder and its record
 (``manifest.json``: settings, upstream digests, status, seconds); a stage complete under the same
 settings and inputs is skipped, one whose upstream stage was retrained runs again, one holding
 another scale's stage is refused. Every folder the run would write is checked first — the root's
@@ -15,7 +33,8 @@ the study's scale, documented, not run here). A scale with an ``endpoints`` sect
 OpenAI-compatible servers (``vllm serve`` of the Qwen3 agents with their PD/SLS LoRA adapters)
 instead of the miniature pool; its training stages are then recorded as external (the adapters
 were trained elsewhere; the miniature PD/RL functions take Hugging Face model paths unchanged).
-Random streams: ``data.seed`` plus a named offset (:data:`TEST_SEED_OFFSET` …).
+Random streams: ``data.seed`` plus a named offset (:data:`TEST_SEED_OFFSET` …), plus the seed k in the pd,
+rl and eval stages (above).
 
 Stages
 - ``models``: tokenizer and the four base models (:mod:`.models`). Before any training the scale's
@@ -51,6 +70,7 @@ from . import scheduler as sched
 from .tasks import collab_qa, collab_world
 
 STAGES = ("models", "pd", "rl", "eval")
+PER_SEED = ("pd", "rl", "eval")  # with the scale's seeds: one folder per seed, seed-<k>/<stage>
 AGENTS = ("small", "mid", "big")
 MODELS = ("small", "mid", "big", "large")  # the base models; model i trains with data.seed + i
 # offsets from data.seed, one random stream each
@@ -59,12 +79,29 @@ QA_SEED_OFFSET = 1  # a split's QA questions, beside its world questions
 RL_STATES_SEED_OFFSET = 5  # the shuffle of the agents' states GRPO trains on
 HOMO_SEED_OFFSET = 7  # homo's PD adapter (the agents' take data.seed + their index, 0 … 2)
 CASCADE_SAMPLE_SEED = 1  # small's and mid's second, sampled answers for the cascade (the solo runs: seed 0)
+# (pd, rl and eval add the stage's seed k to each of their streams: stage_seed)
 STOP_KEY = "stop_if_unordered"  # models.<this>: a failed size ordering stops the run
 
 
 def load_scale(scale: str | Path) -> dict:
     """configs/collab/<scale>.yaml, or a YAML path."""
-    return stages.load_scale("collab", scale, {"data", "models", "pd", "rl", "eval"}, {"threads", "endpoints"})
+    return stages.load_scale("collab", scale, {"data", "models", "pd", "rl", "eval"}, {"threads", "endpoints", "seeds"})
+
+
+def seeds_of(s: dict) -> list[int | None]:
+    """The scale's seeds, or ``[None]`` for a scale without ``seeds`` (the unseeded layout)."""
+    return list(s["seeds"]) if s.get("seeds") is not None else [None]
+
+
+def stage_seed(s: dict, seed: int | None) -> int:
+    """The seed the pd, rl and eval stages of ``seed`` add their offsets to: ``data.seed`` + k
+    (an unseeded scale: k = 0, the recorded runs' streams)."""
+    return s["data"]["seed"] + (seed or 0)
+
+
+def stage_folder(out: Path, stage: str, seed: int | None) -> Path:
+    """``out/<stage>``; with a seed, a per-seed stage's ``out/seed-<k>/<stage>``."""
+    return out / f"seed-{seed}" / stage if seed is not None and stage in PER_SEED else out / stage
 
 
 _PROBLEMS: dict[str, list] = {}  # problem sets already drawn in this process, by their settings
@@ -151,8 +188,9 @@ def stage_models(out: Path, s: dict) -> dict:
     tok = build_tokenizer(out, texts, m["vocab"])
     truncate = truncate_mode(s)
     if truncate is not None:  # models.truncate: refuse — the pd stage's examples too, before any model trains
-        ex = sft_examples(train, seed=s["data"]["seed"], slip=s["pd"]["slip"])
-        chat_rows(tok, pairs + [pair for a in AGENTS for pair in ex[a]], m["seq_len"], truncate)
+        for base in sorted({stage_seed(s, k) for k in seeds_of(s)}):  # each seed's slips draw other rows
+            ex = sft_examples(train, seed=base, slip=s["pd"]["slip"])
+            chat_rows(tok, pairs + [pair for a in AGENTS for pair in ex[a]], m["seq_len"], truncate)
     cards = {}
     for i, name in enumerate(MODELS):
         spec = dict(m["sizes"][name])
@@ -163,28 +201,30 @@ def stage_models(out: Path, s: dict) -> dict:
     return validate_models(out, s, train)
 
 
-def stage_pd(out: Path, s: dict, models: Path) -> None:
+def stage_pd(out: Path, s: dict, models: Path, seed: int | None = None) -> None:
     from .models import train_pd, truncate_mode
     from .traces import sft_examples
 
     p = s["pd"]
+    base = stage_seed(s, seed)
     truncate = truncate_mode(s)  # models.truncate applies to PD's rows too (the same seq_len)
-    ex = sft_examples(problems(s, "train"), seed=s["data"]["seed"], slip=p["slip"])
+    ex = sft_examples(problems(s, "train"), seed=base, slip=p["slip"])
     for i, a in enumerate(AGENTS):
         train_pd(models / a, out / a, ex[a], s["models"]["seq_len"], p["batch"], p["steps"], p["lr"], p["rank"],
-                 s["data"]["seed"] + i, mode=p.get("mode", "lora"), truncate=truncate)
+                 base + i, mode=p.get("mode", "lora"), truncate=truncate)
     every = [pair for a in AGENTS for pair in ex[a]]
     train_pd(models / "mid", out / "homo", every, s["models"]["seq_len"], p["batch"], p["steps"], p["lr"],
-             p["rank"], s["data"]["seed"] + HOMO_SEED_OFFSET, mode=p.get("mode", "lora"), truncate=truncate)
+             p["rank"], base + HOMO_SEED_OFFSET, mode=p.get("mode", "lora"), truncate=truncate)
 
 
-def rl_problems(s: dict, agent: str, n: int) -> list[Problem]:
-    """The states ``agent`` meets in the traces of training questions, as Problems for GRPO."""
+def rl_problems(s: dict, agent: str, n: int, seed: int | None = None) -> list[Problem]:
+    """The states ``agent`` meets in the traces of training questions, as Problems for GRPO (their traces and
+    order drawn at :func:`stage_seed` + :data:`RL_STATES_SEED_OFFSET`; the questions are every seed's)."""
     import random
 
     from .traces import coordination_trace
 
-    rng = random.Random(s["data"]["seed"] + RL_STATES_SEED_OFFSET)
+    rng = random.Random(stage_seed(s, seed) + RL_STATES_SEED_OFFSET)
     out = []
     for p in problems(s, "train"):
         for t in coordination_trace(p, rng, s["pd"]["slip"]):
@@ -194,7 +234,7 @@ def rl_problems(s: dict, agent: str, n: int) -> list[Problem]:
     return out[:n]
 
 
-def stage_rl(out: Path, s: dict, models: Path, pd: Path) -> None:
+def stage_rl(out: Path, s: dict, models: Path, pd: Path, seed: int | None = None) -> None:
     from ...train import grpo
     from .judge import pyramid_reward
 
@@ -204,10 +244,10 @@ def stage_rl(out: Path, s: dict, models: Path, pd: Path) -> None:
         # from the PD adapter on the base model, or a fresh LoRA on the fully fine-tuned PD model
         cfg = grpo.RLConfig(model=str(pd / a if full else models / a), arm="think", out=str(out / a),
                             init_adapter=None if full else str(pd / a),
-                            stages=[grpo.Stage("pyramid", rl_problems(s, a, r["problems"]), r["steps"])],
+                            stages=[grpo.Stage("pyramid", rl_problems(s, a, r["problems"], seed), r["steps"])],
                             lora_rank=s["pd"]["rank"], lora_alpha=2 * s["pd"]["rank"], group_size=r["group"],
                             prompts_per_step=r["prompts"], max_completion_length=r["max_tokens"],
-                            learning_rate=r["lr"], eval_every=10 ** 6, save_every=10 ** 6, seed=s["data"]["seed"],
+                            learning_rate=r["lr"], eval_every=10 ** 6, save_every=10 ** 6, seed=stage_seed(s, seed),
                             reward_fn=pyramid_reward)
         grpo.train(cfg, progress=False)
 
@@ -236,10 +276,14 @@ def _endpoint(spec: dict):
                         concurrency=spec.get("concurrency", 16))
 
 
-def stage_eval(out: Path, s: dict, models: Path, pd: Path, rl: Path, only: list[str] | None = None) -> None:
+def stage_eval(out: Path, s: dict, models: Path, pd: Path, rl: Path, only: list[str] | None = None,
+               seed: int | None = None) -> None:
+    """Every system on the test questions (the same for every seed); ``seed`` k adds k to the solo, cascade
+    and scheduler seeds, and is recorded in each system's settings (an unseeded run's records have none)."""
     e = s["eval"]
     test = problems(s, "test")
-    settings = _settings(s, "eval")
+    settings = {**_settings(s, "eval"), **({"seed": seed} if seed is not None else {})}
+    shift = seed or 0  # k, added to each sampling seed (0: the recorded runs' seeds)
     greedy = SamplingParams(e["max_tokens"], 0.0)
     served = s.get("endpoints") or {}
 
@@ -249,12 +293,13 @@ def stage_eval(out: Path, s: dict, models: Path, pd: Path, rl: Path, only: list[
     for m in MODELS:
         if only and f"solo-{m}" not in only:
             continue
-        sched.run_solo(out / f"solo-{m}", test, m, solo_backend(m), greedy, settings)
+        sched.run_solo(out / f"solo-{m}", test, m, solo_backend(m), greedy, settings, seed=shift)
     for m in ("small", "mid"):
         if only and f"sample-{m}" not in only:
             continue
         sched.run_solo(out / f"sample-{m}", test, m, solo_backend(m),
-                       SamplingParams(e["max_tokens"], e["cascade_temperature"]), settings, seed=CASCADE_SAMPLE_SEED)
+                       SamplingParams(e["max_tokens"], e["cascade_temperature"]), settings,
+                       seed=CASCADE_SAMPLE_SEED + shift)
     systems = ({k: v for k, v in served.items() if k != "solo"} if served
                else eval_systems(models, pd, rl, s["pd"].get("mode", "lora") == "full"))
     for system, spec in systems.items():
@@ -263,39 +308,65 @@ def stage_eval(out: Path, s: dict, models: Path, pd: Path, rl: Path, only: list[
         agents = ({a: _endpoint(x) for a, x in spec.items()} if served
                   else {a: _backend(mdl, ad, e) for a, (mdl, ad) in spec.items()})
         sc = sched.Scheduler(agents, "small", t_max=e["t_max"], max_retries=e["max_retries"], params=greedy,
-                             seed=s["data"]["seed"])
+                             seed=stage_seed(s, seed))
         sched.run(out / system, test, sc, {**settings, "system": system})
 
 
 SECTIONS = {"models": ("models",), "pd": ("models", "pd"), "rl": ("models", "pd", "rl"),
             "eval": ("models", "pd", "rl", "eval")}
 RUN_ONLY = ("threads", f"models.{STOP_KEY}")  # scale keys that change no output: a rerun may change them
+# more seeds may be added to a scale (new seed-<k> folders): the list changes no recorded stage
+ROOT_IGNORE = (*RUN_ONLY, "seeds")
 EXTERNAL = "full scale: this stage's models are served at the scale's endpoints"
 
 
 def _recognise(out: Path) -> bool:
     """A collab run recorded before the root manifest: a stage manifest with the scale's data settings."""
-    for stage in STAGES:
-        settings = read_manifest(out / stage).get("settings") if (out / stage / "manifest.json").is_file() else None
+    folders = [out / stage for stage in STAGES] + [d / stage for d in sorted(out.glob("seed-*")) for stage in PER_SEED]
+    for folder in folders:
+        settings = read_manifest(folder).get("settings") if (folder / "manifest.json").is_file() else None
         if isinstance(settings, dict) and "scale" in settings and "data" in settings:
             return True
     return False
 
 
-def _stage(out: Path, s: dict, stage: str, models: Path) -> stages.Stage:
-    folder = out / stage
-    # the trained models a stage reads are models/ (unless --models names others), pd/, rl/
-    reads = {"models": (), "pd": ("models",), "rl": ("models", "pd"), "eval": ("models", "pd", "rl")}[stage]
-    reads = tuple(out / r for r in reads if r != "models" or models == out / "models")
+def _stage(out: Path, s: dict, stage: str, models: Path, seed: int | None = None) -> stages.Stage:
+    folder = stage_folder(out, stage, seed)
+    pd, rl = stage_folder(out, "pd", seed), stage_folder(out, "rl", seed)
+    # the trained models a stage reads are models/ (unless --models names others), its seed's pd/ and rl/
+    reads = {"models": (), "pd": (out / "models",), "rl": (out / "models", pd), "eval": (out / "models", pd, rl)}[stage]
+    reads = tuple(r for r in reads if r != out / "models" or models == out / "models")
 
     def work():  # the stage functions are looked up when the stage runs (tests replace them)
         if s.get("endpoints") and stage != "eval":
             return {"note": EXTERNAL}
-        return {"models": lambda: stage_models(folder, s), "pd": lambda: stage_pd(folder, s, models),
-                "rl": lambda: stage_rl(folder, s, models, out / "pd"),
-                "eval": lambda: stage_eval(folder, s, models, out / "pd", out / "rl")}[stage]()
+        return {"models": lambda: stage_models(folder, s), "pd": lambda: stage_pd(folder, s, models, seed),
+                "rl": lambda: stage_rl(folder, s, models, pd, seed),
+                "eval": lambda: stage_eval(folder, s, models, pd, rl, seed=seed)}[stage]()
 
-    return stages.Stage(stage, folder, _settings(s, *SECTIONS[stage]), work, reads)
+    # a seed's stages record it; the models stage, and every stage of an unseeded scale, record none
+    settings = {**_settings(s, *SECTIONS[stage]), **({"seed": seed} if seed is not None and stage in PER_SEED else {})}
+    return stages.Stage(stage, folder, settings, work, reads)
+
+
+def _layout(out: Path, s: dict) -> None:
+    """Refuse a folder holding the other layout's stages (see the module docstring)."""
+    if s.get("seeds") is not None:
+        other = [st + "/" for st in PER_SEED if (out / st / "manifest.json").is_file()]
+        what = f"an unseeded run ({', '.join(other)})"
+    else:
+        other = sorted({f.parent.parent.name + "/" for f in out.glob("seed-*/*/manifest.json")})
+        what = f"a seeded run ({', '.join(other)})"
+    if other:
+        want = "lists seeds (seed-<k>/ folders)" if s.get("seeds") is not None else "lists no seeds"
+        raise ValueError(f"{out}: holds {what}; the scale {s['name']!r} {want}: a folder holds one layout; use a new "
+                         f"--out (--models {out / 'models'} reuses its trained models)")
+
+
+def order(s: dict) -> list[tuple[str, int | None]]:
+    """(stage, seed) in the order a serial run takes them: the models, then seed by seed its pd, rl and eval
+    (an interrupted run leaves whole seeds behind); unseeded: the four stages, seed None."""
+    return [("models", None)] + [(st, k) for k in seeds_of(s) for st in PER_SEED]
 
 
 def pipeline(out: str | Path, s: dict, models_dir: str | Path | None = None) -> stages.Pipeline:
@@ -320,9 +391,12 @@ def pipeline(out: str | Path, s: dict, models_dir: str | Path | None = None) -> 
         if "models" in todo and not s.get("endpoints") and p.state(p.stages[0]) != "done":
             check_budgets(s)
 
-    p = stages.Pipeline(stages.KIND_COLLAB, out, s, [_stage(out, s, st, models) for st in STAGES], STAGES,
-                        recognise=_recognise, ignore=RUN_ONLY, checks=[models_exist, budgets], setup=threads,
-                        process_setup=threads)
+    def one_layout(todo) -> None:
+        _layout(out, s)
+
+    p = stages.Pipeline(stages.KIND_COLLAB, out, s, [_stage(out, s, st, models, k) for st, k in order(s)], STAGES,
+                        recognise=_recognise, ignore=ROOT_IGNORE, checks=[models_exist, one_layout, budgets],
+                        setup=threads, process_setup=threads)
     return p
 
 
@@ -333,12 +407,14 @@ def check(out: str | Path, s: dict, todo=STAGES, models_dir: str | Path | None =
 
 def run(out: str | Path, scale: str | Path = "smoke", todo=STAGES, models_dir: str | Path | None = None,
         parallel: int | None = None, gpus: list[str] | None = None, mps: bool = False) -> dict:
-    """Run the stages ``todo`` in order into out/<stage>/ (skipping complete ones); returns seconds per stage.
+    """Run the stages ``todo`` in order into their folders (skipping complete ones); returns seconds per stage
+    folder (``models``, ``pd`` … or, with the scale's seeds, ``seed-<k>/pd`` …).
 
     Validate first, write second: the stage names, the scale, the root and the stage folders are
     checked before anything is written; the run holds ``out``'s one-writer lock throughout.
-    ``parallel``: through :mod:`polyvox.launch` (each stage in a worker process); the four stages read one
-    another, so they still run one after another — the pool's models are trained within one stage.
+    ``parallel``: through :mod:`polyvox.launch` (each stage in a worker process, that many per GPU); an
+    unseeded run's four stages read one another, so they still run one after another — the pool's models
+    are trained within one stage; a seeded run's seeds, each reading only the models, run concurrently.
     """
     s = load_scale(scale)
     p = pipeline(out, s, models_dir)

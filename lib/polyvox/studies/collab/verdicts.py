@@ -177,6 +177,10 @@ def ordering_of(run_dir: str | Path, sc: dict) -> tuple[tuple[bool, str], str]:
 def recorded(run_dir: str | Path, models_dir: str | Path) -> Recorded:
     """A run's records and scores as the chapter reads them (turns charged by the pipeline's wiring)."""
     run_dir = Path(run_dir)
+    seeds = A.seed_evals(run_dir)
+    if None not in seeds:  # the chapter reads one unseeded run; reading every seed comes with the seeded records
+        raise ValueError(f"{run_dir}: a seeded run (seeds {', '.join(map(str, seeds))}: seed-<k>/eval); the chapter "
+                         "reads an unseeded run's eval/ — list the seeds with analysis.seed_evals")
     runs = A.load(run_dir / "eval")
     systems = {k: v for k, v in {**runs, **A.derived_systems(runs)}.items() if not k.startswith("sample-")}
     weights = A.cost_weights(models_dir)
