@@ -166,6 +166,11 @@ def _personas(root: Path) -> list[Finding]:
     return out
 
 
+# Part III's recorded run and its models, under data/ (models None: the run's own <run>/models, as a seeded run of
+# `polyvox collab run` keeps them); unseeded or seeded, its row reads the chapter's verdicts (V.finding_of)
+COLLAB_RUN, COLLAB_MODELS = "runs/collab-h200", "models/collab-h200"
+
+
 def _collab(root: Path) -> list[Finding]:
     from ..studies.collab import verdicts as V
 
@@ -188,9 +193,9 @@ def _collab(root: Path) -> list[Finding]:
     # the miniature's row: the chapter's own verdicts (studies/collab/verdicts.py), with their conditions — the
     # size ordering (the pool-vs-single comparison is refused when it fails), Holm across the chapter's family,
     # minimum detectable effects and the power a 5-point difference needs
-    rec = V.recorded(data / "runs" / "collab-h200", data / "models" / "collab-h200")
-    fam = V.chapter_family(rec)
-    claim, detail = V.finding(rec, fam, V.power(fam))
+    # (a seeded run's row reads its verdicts across the seeds: V.finding_of takes either layout)
+    run = data / COLLAB_RUN
+    claim, detail = V.finding_of(run, data / COLLAB_MODELS if COLLAB_MODELS else run / "models")
     out.append(Finding("collab", claim, "miniature only", detail, "book/collab/miniature"))
     return out
 

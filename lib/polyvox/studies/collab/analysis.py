@@ -16,7 +16,11 @@
   classify each step (retry, forced, voluntary, end) and count turns per agent from the turn
   records; :func:`provenance` reads each arm's manifest (commit, device, versions) beside
   the weights its models carry (:func:`arm_weights`, from the pipeline's own wiring).
-- :func:`seed_evals`: a run's seeds and each one's eval folder (``seed-<k>/eval``, or ``eval`` unseeded).
+- :func:`seed_evals`: a run's seeds and each one's eval folder (``seed-<k>/eval``, or ``eval`` unseeded);
+  across seeds (:func:`.verdicts.seed_family`): :func:`signflip_test` (exact, on the per-question mean
+  differences; with one seed the exact McNemar test), :func:`bootstrap_interval` (crossed over seeds and
+  questions), :func:`paired_n` / :func:`paired_mde` (Connor's formula with the mean squared difference) and
+  :func:`identical_across_seeds`.
 - :func:`ordering_check` (solo accuracy rises with size) and :func:`pool_vs_single` (refused unless it
   does); :func:`holm`, :func:`family`, :func:`mcnemar_n` (Connor 1987); the chapter's verdicts: :mod:`.verdicts`.
 """
@@ -420,3 +424,88 @@ def family(tests: pd.DataFrame, alpha: float = ALPHA, power: float = 0.8) -> pd.
         for a, b, r in zip(tests.a_only, tests.b_only, rejected)], "MDE (points)": [
         100 * mcnemar_mde(n, (a + b) / n, alpha, power) if n else float("nan")
         for n, a, b in zip(tests.n, tests.a_only, tests.b_only)]})
+
+
+# --- issue 23, item 4: several seeds of one run (every seed on the same test questions) ---
+
+
+def signflip_test(diffs, seeds: int = 1) -> float:
+    """Exact two-sided sign-flip (paired permutation) test of per-question differences ``diffs`` — each question's
+    mean correctness over ``seeds`` seeds of A minus B's, so a multiple of 1/``seeds`` in [−1, 1]. Under the null
+    (on every question A's and B's outcomes are exchangeable) each difference is as likely to carry either sign;
+    p = P(|Σ ±|dᵢ|| ≥ |Σ dᵢ|) over the 2ⁿ equally likely sign patterns, computed exactly by convolving the integer
+    differences (k·dᵢ), not sampled. With one seed the differences are −1, 0 or 1 and this is the exact McNemar
+    test (:func:`exact_mcnemar`: the symmetric binomial on the discordant questions), so the seeded verdicts
+    generalise the unseeded ones; unlike a McNemar test on per-question majorities it keeps a 1-of-3 against a
+    2-of-3 question and needs no tie rule for an even number of seeds."""
+    k = int(seeds)
+    d = np.rint(np.asarray(diffs, float) * k).astype(int)
+    if not np.allclose(d, np.asarray(diffs, float) * k, atol=1e-9):
+        raise ValueError(f"differences are not multiples of 1/{k}")
+    d = np.abs(d[d != 0])
+    observed = abs(int(np.rint(np.asarray(diffs, float).sum() * k)))
+    if len(d) == 0:
+        return 1.0
+    total = int(d.sum())
+    dist = np.zeros(2 * total + 1)
+    dist[total] = 1.0  # index total + s holds P(S = s)
+    for v in d:
+        dist = 0.5 * (np.roll(dist, v) + np.roll(dist, -v))  # the support never wraps: |S| ≤ total
+    s = np.arange(-total, total + 1)
+    return float(min(1.0, dist[np.abs(s) >= observed].sum()))
+
+
+def bootstrap_draws(a, b, draws: int = 10_000, seed: int = 0) -> np.ndarray:
+    """Means of A − B over a crossed bootstrap of a (seeds × questions) pair of 0/1 tables: each draw resamples
+    the seeds with replacement (whole seeds: a seed's outcomes on every question share its trained models) and,
+    independently, the questions with replacement, and averages the differences over the drawn cells."""
+    a, b = np.atleast_2d(np.asarray(a, float)), np.atleast_2d(np.asarray(b, float))
+    d = a - b
+    k, n = d.shape
+    rng = np.random.default_rng(seed)
+    cs = rng.multinomial(k, np.full(k, 1 / k), size=draws)  # how often each seed is drawn
+    cq = rng.multinomial(n, np.full(n, 1 / n), size=draws)  # how often each question is drawn
+    return np.einsum("rk,kq,rq->r", cs, d, cq) / (k * n)
+
+
+def bootstrap_interval(a, b, level: float = 0.95, draws: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    """Percentile interval of the accuracy difference A − B from :func:`bootstrap_draws` (crossed over seeds and
+    questions). Every draw is a mean of differences in [−1, 1], so the interval stays in [−1, 1]; resampling
+    whole seeds as well as questions widens it by the training runs' variation (a crossed bootstrap is, if
+    anything, conservative); with one seed it is the percentile bootstrap over questions."""
+    q = np.percentile(bootstrap_draws(a, b, draws, seed), [50 * (1 - level), 50 * (1 + level)])
+    return float(q[0]), float(q[1])
+
+
+def paired_n(diff: float, second_moment: float, alpha: float = ALPHA, power: float = 0.8) -> int:
+    """Questions needed to detect a mean per-question difference δ by the sign-flip test, two-sided ``alpha``, with
+    ``power``, from a pilot's mean squared per-question difference ψ = mean dᵢ² (the null variance of one
+    question's flipped difference; under the alternative the variance is ψ − δ²): Connor's (1987) formula
+    n = [z₁₋α/₂ √ψ + z₁₋β √(ψ − δ²)]² / δ², which it is with one seed (ψ is then the discordant share).
+    Fractional differences allow |δ| up to √ψ."""
+    from scipy.stats import norm
+
+    d, psi, za, zb = abs(diff), second_moment, norm.ppf(1 - alpha / 2), norm.ppf(power)
+    if not (0 < d and d * d <= psi <= 1):
+        raise ValueError(f"need 0 < |diff| ≤ √ψ ≤ 1, got diff {diff}, ψ {second_moment}")
+    return int(np.ceil((za * np.sqrt(psi) + zb * np.sqrt(psi - d * d)) ** 2 / d ** 2))
+
+
+def paired_mde(n: int, second_moment: float, alpha: float = ALPHA, power: float = 0.8) -> float:
+    """The smallest |mean difference| ``n`` questions of mean squared difference ψ detect by the sign-flip test at
+    ``alpha`` with ``power`` (:func:`paired_n` solved for δ on (0, √ψ]; nan when none can)."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    za, zb, psi = norm.ppf(1 - alpha / 2), norm.ppf(power), second_moment
+    f = lambda d: np.sqrt(n) * d - za * np.sqrt(psi) - zb * np.sqrt(max(psi - d * d, 0.0))  # noqa: E731
+    top = np.sqrt(psi) if psi > 0 else 0.0
+    return float(brentq(f, 1e-12, top)) if n > 0 and psi > 0 and f(top) >= 0 else float("nan")
+
+
+def identical_across_seeds(frames: list[pd.DataFrame], column: str = "correct") -> bool:
+    """Whether one system's per-question ``column`` (correctness, or ``answer``) is the same in every seed's
+    :func:`score` frame (same questions, same values): computed, never assumed from how the system decodes."""
+    first = frames[0][column]
+    return all(f.index.equals(first.index) and f[column].astype(object).equals(first.astype(object))
+               for f in frames[1:])

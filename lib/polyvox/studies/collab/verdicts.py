@@ -16,6 +16,16 @@ and the findings summary (:mod:`polyvox.book.findings`) both call, so the page a
 - :func:`cost_views`: both cost views per system (:mod:`.cost`: the study's formula, and with prompt tokens)
   and each view's Pareto frontier.
 - :func:`finding`: Part III's findings row, its words computed from the verdicts with their conditions.
+- Seeds (issue 23, item 4; a run of a scale with ``seeds``, every seed on the same test questions):
+  :func:`recorded_seeds` reads every seed, :func:`seed_family` gives each seed's own McNemar family (as above) and
+  the family's verdicts across the seeds (:class:`SeedVerdict`): per question each system's mean correctness over
+  the seeds, the exact sign-flip test of the paired per-question differences (:func:`.analysis.signflip_test`; with
+  one seed it is the exact McNemar test, so nothing changes in kind), Holm across the family, a 95 % crossed
+  bootstrap interval over seeds and questions (:func:`.analysis.bootstrap_interval`, inside [−1, 1]), each null's
+  MDE (:func:`.analysis.paired_mde`: Connor's formula with ψ = the mean squared per-question difference), whether
+  the seeds agree in sign and how many reject alone, and which systems' outcomes are identical in every seed
+  (computed: greedy systems on the shared models have no seed variance, and are not averaged as if they had).
+  :func:`verdicts_of` / :func:`finding_of` take a run of either layout: unseeded, exactly the family above.
 """
 from __future__ import annotations
 
@@ -158,6 +168,14 @@ class Recorded:
     projected: dict  # PROJECTED's names → cl's per-question scores under that projection
     ordering: tuple[bool, str]
     checked_on: str
+    seed: int | None = None  # the seed whose records these are (None: an unseeded run)
+
+    def stage(self, name: str) -> Path:
+        """The folder of this record's ``pd``, ``rl`` or ``eval`` stage (``seed-<k>/<name>`` in a seeded run);
+        ``models`` is the run's own."""
+        from .pipeline import PER_SEED
+
+        return self.run_dir / (f"seed-{self.seed}/{name}" if self.seed is not None and name in PER_SEED else name)
 
 
 def ordering_of(run_dir: str | Path, sc: dict) -> tuple[tuple[bool, str], str]:
@@ -174,24 +192,38 @@ def ordering_of(run_dir: str | Path, sc: dict) -> tuple[tuple[bool, str], str]:
         f"on the {n} test questions' solo records (this run recorded no validation check)"
 
 
-def recorded(run_dir: str | Path, models_dir: str | Path) -> Recorded:
-    """A run's records and scores as the chapter reads them (turns charged by the pipeline's wiring)."""
+def recorded(run_dir: str | Path, models_dir: str | Path, seed: int | None = None) -> Recorded:
+    """A run's records and scores as the chapter reads them (turns charged by the pipeline's wiring): an unseeded
+    run's ``eval/``, or with ``seed`` one seed's ``seed-<k>/eval`` of a seeded run (:func:`recorded_seeds`: all)."""
     run_dir = Path(run_dir)
     seeds = A.seed_evals(run_dir)
-    if None not in seeds:  # the chapter reads one unseeded run; reading every seed comes with the seeded records
-        raise ValueError(f"{run_dir}: a seeded run (seeds {', '.join(map(str, seeds))}: seed-<k>/eval); the chapter "
-                         "reads an unseeded run's eval/ — list the seeds with analysis.seed_evals")
-    runs = A.load(run_dir / "eval")
+    if seed is None and None not in seeds:
+        raise ValueError(f"{run_dir}: a seeded run (seeds {', '.join(map(str, seeds))}: seed-<k>/eval); read one "
+                         "seed with recorded(..., seed=k), or every seed with recorded_seeds")
+    if seed not in seeds:
+        raise ValueError(f"{run_dir}: no seed {seed} (seeds: {', '.join(map(str, seeds))})")
+    base = run_dir if seed is None else run_dir / f"seed-{seed}"
+    runs = A.load(seeds[seed])
     systems = {k: v for k, v in {**runs, **A.derived_systems(runs)}.items() if not k.startswith("sample-")}
     weights = A.cost_weights(models_dir)
-    card = run_dir / "pd" / "small" / "card.json"
+    card = base / "pd" / "small" / "card.json"
     pd_full = card.exists() and json.loads(card.read_text()).get("mode", "lora") == "full"
-    roles = A.role_models(pd_full, run_dir / "pd")
+    roles = A.role_models(pd_full, base / "pd")
     sc = A.scores(systems, weights, models=roles)
     projected = {name: A.score(runs[POOL], weights, how, roles[POOL]).set_index("id")
                  for how, name in PROJECTED.items()} if POOL in runs else {}
     ordering, checked_on = ordering_of(run_dir, sc)
-    return Recorded(run_dir, runs, systems, weights, roles, pd_full, sc, projected, ordering, checked_on)
+    return Recorded(run_dir, runs, systems, weights, roles, pd_full, sc, projected, ordering, checked_on, seed)
+
+
+def recorded_seeds(run_dir: str | Path, models_dir: str | Path) -> dict[int | None, Recorded]:
+    """Every seed's :class:`Recorded`, in seed order (``{None: …}`` for an unseeded run). A seed whose eval stage
+    has not run is refused in one line: the chapter reads complete seeds only."""
+    seeds = A.seed_evals(run_dir)
+    missing = [k for k, d in seeds.items() if not (d / "manifest.json").exists()]
+    if missing:
+        raise ValueError(f"{run_dir}: no eval records yet for seed(s) {', '.join(map(str, missing))}")
+    return {k: recorded(run_dir, models_dir, k) for k in seeds}
 
 
 def chapter_pairs(systems, projected=PROJECTED.values()) -> list[tuple[str, str]]:
@@ -257,12 +289,17 @@ class Power:
 
     def sentence(self) -> str:
         v, at = self.pilot, f"{100 * self.power:.0f} % power"
+        seeded = isinstance(v, SeedVerdict)
         s = (f"From this run as a pilot (`{v.a}` against `{v.b}`: {v.a_only + v.b_only} of {v.n} pairs "
-             f"discordant, ψ = {v.discordance:.4f}), ")
+             f"discordant, ψ = {v.discordance:.4f}), " if not seeded else
+             f"From this run's {len(v.seeds)} seeds as a pilot (`{v.a}` against `{v.b}`: {v.a_only + v.b_only} of "
+             f"{v.n} questions differ on the mean over seeds, mean squared difference ψ = {v.discordance:.4f}), ")
         if self.reason:
             return s + self.reason
-        s += (f"McNemar's test (Connor 1987) needs **{self.n_alpha}** paired test questions to detect a "
-              f"{100 * self.effect:.0f}-point accuracy difference with {at} at α = {self.alpha:g}, and "
+        s += (f"McNemar's test (Connor 1987) needs **{self.n_alpha}** paired test questions to detect a " if not seeded
+              else f"the sign-flip test over the seeds' mean per-question differences (Connor's 1987 formula with "
+                   f"that ψ) needs **{self.n_alpha}** test questions, each run in {len(v.seeds)} seeds, to detect a ")
+        s += (f"{100 * self.effect:.0f}-point accuracy difference with {at} at α = {self.alpha:g}, and "
               f"**{self.n_holm}** at α/m = {self.alpha:g}/{self.m} (Holm's strictest step over this chapter's "
               f"family with `{v.a}` against `{v.b}` a member, as it is once tested). This run has **{v.n}**, which "
               f"detects {100 * self.mde_alpha:.1f} points at "
@@ -294,6 +331,15 @@ def power(fam: Family, effect: float = EFFECT, power: float = POWER, scales=PLAN
     v, alpha = fam.get(POOL, SINGLE), fam.alpha
     m = max(fam.m + any((r.a, r.b) == (POOL, SINGLE) for r in fam.refused), 1)  # the family once it is tested
     psi, planned = v.discordance, planned_sizes(scales)
+    if isinstance(fam, SeedFamily):  # across seeds: the sign-flip test's n and MDE (Connor's with ψ = mean dᵢ²)
+        mde = A.paired_mde(v.n, psi, alpha, power) if v.n else NAN
+        if not (v.n and 0 < effect * effect <= psi <= 1):
+            why = (f"no sample size follows: the pilot's mean squared per-question difference is below the square of "
+                   f"the {100 * effect:.0f}-point difference (which could not then occur); a pilot whose systems "
+                   "differ on more questions is needed.")
+            return Power(v, effect, power, alpha, m, None, None, mde, planned, why)
+        return Power(v, effect, power, alpha, m, A.paired_n(effect, psi, alpha, power),
+                     A.paired_n(effect, psi, alpha / m, power), mde, planned)
     mde = A.mcnemar_mde(v.n, psi, alpha, power) if v.n else NAN
     if not (v.n and 0 < effect <= psi <= 1):
         why = (f"no sample size follows: the pilot's discordant share is below the {100 * effect:.0f}-point difference "
@@ -315,14 +361,19 @@ def cost_views(allq: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def best_single(rec: Recorded) -> str:
-    """The most accurate of the pool's own sizes alone (``solo-small``, ``solo-mid``, ``solo-big``)."""
+def best_single(rec: Recorded, fam: SeedFamily | None = None) -> str:
+    """The most accurate of the pool's own sizes alone (``solo-small``, ``solo-mid``, ``solo-big``); with a
+    :class:`SeedFamily`, by the mean accuracy over its seeds."""
+    if isinstance(fam, SeedFamily):
+        return max((k for k in A.SOLO[:-1] if k in fam.accuracy), key=lambda k: np.mean(list(fam.accuracy[k].values())))
     return max((k for k in A.SOLO[:-1] if k in rec.sc), key=lambda k: rec.sc[k].correct.mean())
 
 
 def finding(rec: Recorded, fam: Family, pw: Power) -> tuple[str, str]:
     """Part III's findings row (claim, detail): the study's question and what the verdicts say, with their
-    conditions — the size ordering, Holm across the family, the power, the seed."""
+    conditions — the size ordering, Holm across the family, the power, the seeds. ``fam``: the McNemar
+    :class:`Family` of an unseeded run, or a seeded run's :class:`SeedFamily` (its verdicts across the seeds;
+    ``rec``: the first seed's records, whose size-ordering check every seed shares when the run recorded it)."""
     claim = ("Does a pool of sliced models beat one larger model at lower cost? (the study's question, asked of "
              "the miniature)")
     v = fam.get(POOL, SINGLE)
@@ -333,10 +384,271 @@ def finding(rec: Recorded, fam: Family, pw: Power) -> tuple[str, str]:
         says = {"higher": "the pool scores higher", "lower": "the pool scores lower",
                 "not distinguishable": "no difference distinguishable"}[v.word]
         head = f"**{says}** (size ordering holds {rec.checked_on}): `{POOL}` against `{SINGLE}`: {v.sentence()}"
-    best = best_single(rec)
+    seeded = isinstance(fam, SeedFamily)
+    best = best_single(rec, fam)
     need = (f"a {100 * pw.effect:.0f}-point pool-vs-single difference needs {pw.n_alpha} paired test questions at "
             f"α = {pw.alpha:g} ({pw.n_holm} at α/m) for {100 * pw.power:.0f} % power; this run has {pw.pilot.n}"
             if pw.reason is None else f"power: {pw.reason}")
+    if seeded:
+        k = len(fam.seeds)
+        return claim, (f"{head}. Beside it, `{POOL}` against its most accurate single member `{best}`: "
+                       f"{fam.get(POOL, best).sentence()}. Holm across the chapter's {fam.m} exact sign-flip tests of "
+                       f"the per-question mean correctness over {k} seeds (each seed's own McNemar family beside); "
+                       f"{need.rstrip('.')}; {k} seeds of PD, RL and evaluation ({', '.join(map(str, fam.seeds))}) "
+                       "on one model "
+                       "pool and one test draw")
     return claim, (f"{head}. Beside it, `{POOL}` against its most accurate single member `{best}`: "
                    f"{fam.get(POOL, best).sentence()}. Holm across the chapter's {fam.m} exact McNemar tests; {need}; "
                    "one seed, one test draw")
+
+
+def verdicts_of(run_dir: str | Path, models_dir: str | Path):
+    """What the chapter and the findings row read from a run of either layout: (the first seed's
+    :class:`Recorded`, every seed's, the family). Unseeded: the McNemar :class:`Family` of :func:`chapter_family`,
+    exactly as before; seeded: the :class:`SeedFamily` across the seeds (:func:`seed_family`)."""
+    recs = recorded_seeds(run_dir, models_dir)
+    rec = next(iter(recs.values()))
+    return rec, recs, (chapter_family(rec) if None in recs else seed_family(recs))
+
+
+def finding_of(run_dir: str | Path, models_dir: str | Path) -> tuple[str, str]:
+    """Part III's findings row from a run of either layout (:func:`verdicts_of`, :func:`power`, :func:`finding`)."""
+    rec, _, fam = verdicts_of(run_dir, models_dir)
+    return finding(rec, fam, power(fam))
+
+
+# --- issue 23, item 4: the verdicts across the seeds of a seeded run ---
+
+DRAWS = 10_000  # crossed-bootstrap draws of an across-seed interval (seeded: the page reprints the same interval)
+
+
+@dataclass(frozen=True)
+class SeedVerdict:
+    """One comparison of the chapter's family across the seeds of a seeded run, on the questions every seed
+    evaluated. Per question, each system's mean correctness over the seeds; dᵢ = A's − B's. ``p``: the exact
+    sign-flip test of the dᵢ (:func:`.analysis.signflip_test`; with one seed, the exact McNemar test), Holm-adjusted
+    across the family; ``lo``/``hi``: the 95 % crossed-bootstrap interval of the difference over seeds and
+    questions (:func:`.analysis.bootstrap_interval`); a null's ``mde``: :func:`.analysis.paired_mde` at α/m with
+    ψ = mean dᵢ². ``a_only``/``b_only``: questions on which A's mean is above B's / below (with one seed, the
+    discordant questions). ``per_seed``: the comparison in each seed's own McNemar family (Holm within the seed);
+    ``same_a``/``same_b``: whether A's / B's outcomes are identical in every seed (computed)."""
+
+    a: str
+    b: str
+    n: int
+    seeds: tuple
+    a_only: int
+    b_only: int
+    acc_a: float  # mean over seeds and questions
+    acc_b: float
+    lo: float
+    hi: float
+    psi: float  # mean squared per-question difference
+    cost_ratio: float
+    full_cost_ratio: float
+    per_seed: tuple  # (Verdict, …) in seed order
+    same_a: bool
+    same_b: bool
+    word: Word = "refused"
+    p: float = NAN
+    p_holm: float = NAN
+    mde: float = NAN
+    m: int = 0
+    alpha: float = A.ALPHA
+    power: float = POWER
+    refused: str | None = None
+
+    diff = Verdict.diff
+    level = Verdict.level
+
+    @property
+    def discordance(self) -> float:
+        """ψ, the mean squared per-question difference (the discordant share with one seed)."""
+        return self.psi
+
+    def flipped(self) -> SeedVerdict:
+        return replace(self, a=self.b, b=self.a, a_only=self.b_only, b_only=self.a_only, acc_a=self.acc_b,
+                       acc_b=self.acc_a, lo=0.0 - self.hi, hi=0.0 - self.lo, cost_ratio=1 / self.cost_ratio,
+                       full_cost_ratio=1 / self.full_cost_ratio, per_seed=tuple(v.flipped() for v in self.per_seed),
+                       same_a=self.same_b, same_b=self.same_a,
+                       word={"higher": "lower", "lower": "higher"}.get(self.word, self.word))
+
+    def mde_text(self) -> str:
+        at = f"{100 * self.power:.0f} % power at α/m = {self.alpha:g}/{self.m} = {self.level:.4f}"
+        if self.psi == 0:
+            return f"no question differs between them in any seed, so no difference is detectable ({at})"
+        if np.isnan(self.mde):
+            return (f"too few differing questions to detect any difference: even {100 * np.sqrt(self.psi):.1f} points "
+                    f"(the most their mean squared difference ψ = {self.psi:.4f} allows) falls short of {at}")
+        return f"minimum detectable effect {100 * self.mde:.1f} points ({at}; sign-flip test, ψ = {self.psi:.4f})"
+
+    def agreement(self) -> str:
+        """Whether every seed's own difference has one sign, and how many seeds reject alone (their own Holm)."""
+        k, signs = len(self.per_seed), [np.sign(v.diff) for v in self.per_seed]
+        each = ", ".join(f"{100 * v.diff:+.1f}" for v in self.per_seed)
+        alone = sum(v.word in ("higher", "lower") for v in self.per_seed)
+        if all(s > 0 for s in signs) or all(s < 0 for s in signs):
+            head = f"every seed agrees in sign (`{self.a}` {'ahead' if signs[0] > 0 else 'behind'} in all {k})"
+        elif all(s == 0 for s in signs):
+            head = f"no seed shows a difference (all {k} at 0)"
+        else:
+            head = (f"the seeds disagree in sign ({sum(s > 0 for s in signs)} ahead, {sum(s < 0 for s in signs)} "
+                    f"behind, {sum(s == 0 for s in signs)} level, of {k})")
+        tested = all(v.word != "refused" for v in self.per_seed)
+        return (f"{head}; per-seed differences {each} points"
+                + (f"; significant alone (each seed's Holm-corrected McNemar family) in {alone} of {k}" if tested
+                   else ""))
+
+    def constancy(self) -> str:
+        same = [s for s, x in ((self.a, self.same_a), (self.b, self.same_b)) if x]
+        if not same:
+            return ""
+        return (" and ".join(f"`{s}`" for s in same) + (" has" if len(same) == 1 else " have")
+                + f" the same outcome on every question in all {len(self.seeds)} seeds (no seed variance: "
+                + ("its" if len(same) == 1 else "their") + " accuracy is one number, not an average over seeds)")
+
+    def sentence(self) -> str:
+        s = (f"{100 * self.diff:+.1f} points over {len(self.seeds)} seeds (95 % crossed-bootstrap interval "
+             f"[{100 * self.lo:+.1f}, {100 * self.hi:+.1f}]) at {self.cost_ratio:.2f}× the cost by the study's formula "
+             f"({self.full_cost_ratio:.2f}× with prompt tokens); questions `{self.a}` ahead / behind on the mean over "
+             f"seeds {self.a_only} / {self.b_only}")
+        if self.word == "refused":
+            s += f": **refused** ({self.refused})"
+        else:
+            s += (f", exact sign-flip {A.p_text(self.p)}, Holm-adjusted {A.p_text(self.p_holm)} (family of {self.m}, "
+                  f"α = {self.alpha:g}): **{self.word}**"
+                  + (f" — {self.mde_text()}" if self.word == "not distinguishable" else ""))
+        s += f"; {self.agreement()}"
+        c = self.constancy()
+        return s + (f"; {c}" if c else "")
+
+
+@dataclass(frozen=True)
+class SeedFamily:
+    """The chapter's family across the seeds: the tested :class:`SeedVerdict` s (Holm across them), the refused
+    ones, every seed's own McNemar :class:`Family`, and per system whether its outcomes are identical across seeds."""
+
+    verdicts: tuple[SeedVerdict, ...]
+    refused: tuple[SeedVerdict, ...]
+    per_seed: dict  # seed → Family
+    identical: dict  # system → (correctness identical in every seed, answers identical in every seed)
+    accuracy: dict  # system → {seed: accuracy}
+    alpha: float = A.ALPHA
+
+    @property
+    def m(self) -> int:
+        return len(self.verdicts)
+
+    @property
+    def seeds(self) -> tuple:
+        return tuple(self.per_seed)
+
+    get = Family.get
+    members = Family.members
+
+    def table(self) -> pd.DataFrame:
+        rows = [{"A": v.a, "B": v.b, "seeds": len(v.seeds), "n": v.n, "A ahead": v.a_only, "B ahead": v.b_only,
+                 "acc A": v.acc_a, "acc B": v.acc_b, "accuracy A − B": 100 * v.diff, "95% low": 100 * v.lo,
+                 "95% high": 100 * v.hi, "p": v.p, "p (Holm)": v.p_holm, "verdict": v.word,
+                 "MDE at α/m (points)": 100 * v.mde,
+                 "seeds A ahead": sum(s.diff > 0 for s in v.per_seed),
+                 "seeds B ahead": sum(s.diff < 0 for s in v.per_seed),
+                 "seeds significant alone": sum(s.word in ("higher", "lower") for s in v.per_seed),
+                 "cost ratio A/B": v.cost_ratio, "full cost ratio A/B": v.full_cost_ratio}
+                for v in self.verdicts + self.refused]
+        return pd.DataFrame(rows)
+
+    def seed_tables(self) -> pd.DataFrame:
+        """Every seed's own McNemar family table (:meth:`Family.table`), one block per seed."""
+        return pd.concat([f.table().assign(seed=k) for k, f in self.per_seed.items()], ignore_index=True)
+
+    def systems(self) -> pd.DataFrame:
+        """Per system: accuracy in each seed, its spread, and whether its outcomes and answers are the same in every
+        seed."""
+        rows = []
+        for s, acc in self.accuracy.items():
+            vals = list(acc.values())
+            rows.append({"system": s, **{f"seed {k}": a for k, a in acc.items()}, "mean": float(np.mean(vals)),
+                         "range (points)": 100 * (max(vals) - min(vals)),
+                         "outcomes identical in every seed": self.identical[s][0],
+                         "answers identical in every seed": self.identical[s][1]})
+        return pd.DataFrame(rows)
+
+    def identical_line(self) -> str:
+        same = [s for s, (c, _) in self.identical.items() if c]
+        varies = [s for s, (c, _) in self.identical.items() if not c]
+        k = len(self.per_seed)
+        return ((f"Identical outcome on every question in all {k} seeds (computed from the records, so no seed "
+                 "variance to average): " + ", ".join(f"`{s}`" for s in same) if same else
+                 f"No system has the same outcomes in all {k} seeds")
+                + (". Outcomes that vary between seeds: " + ", ".join(f"`{s}`" for s in varies) if varies else "")
+                + ".")
+
+
+def _table(recs: dict, system: str) -> list[pd.DataFrame]:
+    """One system's per-seed score frames (CL ``cl`` projections included) in seed order."""
+    return [{**r.sc, **r.projected}[system] for r in recs.values()]
+
+
+def seed_family(recs: dict, alpha: float = A.ALPHA, power: float = POWER, draws: int = DRAWS) -> SeedFamily:
+    """The chapter's family (:func:`chapter_pairs`) across ``recs`` (:func:`recorded_seeds`), with each seed's own
+    family (:func:`chapter_family`). ``cl`` against ``solo-large`` is refused unless the size ordering holds in
+    every seed (with ``models/validation.json``: one check for all, the models are shared)."""
+    seeds = tuple(recs)
+    per_seed = {k: chapter_family(r, alpha, power) for k, r in recs.items()}
+    first = recs[seeds[0]]
+    names = [s for s in {**first.sc, **first.projected} if all(s in {**r.sc, **r.projected} for r in recs.values())]
+    frames = {s: _table(recs, s) for s in names}
+    identical = {s: (A.identical_across_seeds(f), A.identical_across_seeds(f, "answer")
+                     if all("answer" in x for x in f) else None) for s, f in frames.items()}
+    accuracy = {s: {k: float(f.correct.mean()) for k, f in zip(seeds, fs)} for s, fs in frames.items()
+                if s not in first.projected}
+    refused = {}
+    failing = [r for r in recs.values() if not r.ordering[0]]
+    if POOL in names and SINGLE in names and failing:
+        refused[(POOL, SINGLE)] = f"the size ordering fails {failing[0].checked_on}" + (
+            f" in seed {failing[0].seed}" if len(seeds) > 1 and len(failing) < len(seeds) else "")
+    systems = [s for s in first.systems if s in names]
+    pairs = chapter_pairs(systems, [p for p in first.projected if p in names])
+
+    def one(a, b, **extra):
+        fa, fb = frames[a], frames[b]
+        ids = fa[0].index
+        for f in fa + fb:
+            ids = ids.intersection(f.index)
+        xa = np.array([f.loc[ids].correct.to_numpy(float) for f in fa])
+        xb = np.array([f.loc[ids].correct.to_numpy(float) for f in fb])
+        d = xa.mean(0) - xb.mean(0)
+        lo, hi = A.bootstrap_interval(xa, xb, draws=draws)
+        cost = lambda fs, c: np.mean([f.loc[ids][c].mean() for f in fs])  # noqa: E731
+        return dict(a=a, b=b, n=len(ids), seeds=seeds, a_only=int((d > 0).sum()), b_only=int((d < 0).sum()),
+                    acc_a=float(xa.mean()), acc_b=float(xb.mean()), lo=lo, hi=hi, psi=float(np.mean(d * d)),
+                    cost_ratio=cost(fa, "weighted_tokens") / cost(fb, "weighted_tokens"),
+                    full_cost_ratio=cost(fa, "full_weighted_tokens") / cost(fb, "full_weighted_tokens"),
+                    per_seed=tuple(f.get(a, b) for f in per_seed.values()),
+                    same_a=identical[a][0], same_b=identical[b][0], **extra), d
+
+    tested = [one(a, b) for a, b in pairs if (a, b) not in refused]
+    ps = [A.signflip_test(d, len(seeds)) for _, d in tested]
+    adj, rejected = A.holm(ps, alpha) if tested else (np.array([]), np.array([], bool))
+    m, out = len(tested), []
+    for (t, d), p, p_holm, r in zip(tested, ps, adj, rejected):
+        word = ("higher" if d.mean() > 0 else "lower") if r else "not distinguishable"
+        mde = A.paired_mde(t["n"], t["psi"], alpha / m, power) if word == "not distinguishable" else NAN
+        out.append(SeedVerdict(**t, word=word, p=p, p_holm=float(p_holm), mde=mde, m=m, alpha=alpha, power=power))
+    gone = tuple(SeedVerdict(**one(a, b)[0], m=m, alpha=alpha, power=power, refused=why)
+                 for (a, b), why in refused.items())
+    return SeedFamily(tuple(out), gone, per_seed, identical, accuracy, alpha)
+
+
+def seeds_line(recs: dict) -> str:
+    """How many seeds the records hold, read from them: each seed's eval record's seed and the test questions."""
+    seeds = [k for k in recs if k is not None]
+    if not seeds:
+        return "One run, unseeded (the recorded layout): one seed of PD, RL and evaluation."
+    n = {k: len(next(iter(r.sc.values()))) for k, r in recs.items()}
+    return (f"**{len(seeds)} seeds** of PD, RL and evaluation in the records (`seed-<k>/`: "
+            + ", ".join(map(str, seeds)) + f"), each evaluated on the same "
+            + (f"{n[seeds[0]]} test questions" if len(set(n.values())) == 1 else
+               "test set (questions per seed: " + ", ".join(f"{k}: {v}" for k, v in n.items()) + ")")
+            + "; the models are trained once and shared.")
