@@ -239,6 +239,26 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=rank)  # stable: within a rank, collection order
 
 
+COLLAB_SEEDED = "collab-seeded"  # the xdist group of the modules that read collab_seeded_run: one worker builds it
+
+
+@pytest.fixture(scope="session")
+def collab_seeded_run(tmp_path_factory):
+    """The collab smoke scale with seeds [0, 1] and 5 test questions (test_collab_seeds.seeded_scale), run once per
+    test process: (run folder, scale path, seconds per stage, wall seconds). test_collab_seeds and
+    test_collab_seed_verdicts read it, both in the xdist group :data:`COLLAB_SEEDED`, so it is built once (~20 s)."""
+    import time
+
+    from polyvox.studies.collab import pipeline
+    from test_collab_seeds import seeded_scale
+
+    folder = tmp_path_factory.mktemp("collab-seeds")
+    path = seeded_scale(folder)
+    t0 = time.time()
+    times = pipeline.run(folder / "run", path)
+    return folder / "run", path, times, time.time() - t0
+
+
 @pytest.fixture(scope="session")
 def browser():
     """One headless Debian chromium for the whole test process, driven by Playwright's sync API (which

@@ -19,6 +19,9 @@ from polyvox.studies.collab import analysis as A
 from polyvox.studies.collab import pipeline
 from polyvox.studies.collab import verdicts as V
 
+# the seeded smoke run (conftest.collab_seeded_run) is built once: both modules in one xdist group
+pytestmark = pytest.mark.xdist_group("collab-seeded")
+
 ROOT = Path(__file__).resolve().parents[1]
 RUN, MODELS = ROOT / "data/runs/collab-h200", ROOT / "data/models/collab-h200"
 
@@ -210,12 +213,11 @@ def test_the_chapter_reads_a_run_folder_by_its_parameter():
 # ------------------------------------------------------------------ a real seeded run (slow tier)
 
 
-@pytest.fixture(scope="module")
-def smoke_seeds(tmp_path_factory):
-    """smoke with seeds [0, 1] and 5 test questions (test_collab_seeds.seeded_scale), run once: its folder."""
-    folder = tmp_path_factory.mktemp("collab-seed-verdicts")
-    pipeline.run(folder / "run", seeded_scale(folder))
-    return folder / "run"
+@pytest.fixture
+def smoke_seeds(collab_seeded_run):
+    """smoke with seeds [0, 1] and 5 test questions, run once per test process (conftest.collab_seeded_run, shared
+    with test_collab_seeds): its folder."""
+    return collab_seeded_run[0]
 
 
 @pytest.mark.slow

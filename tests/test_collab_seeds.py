@@ -13,6 +13,9 @@ import yaml
 from polyvox.records import read_jsonl
 from polyvox.studies.collab import analysis, pipeline, verdicts
 
+# the seeded smoke run (conftest.collab_seeded_run) is built once: both modules in one xdist group
+pytestmark = pytest.mark.xdist_group("collab-seeded")
+
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "configs/collab/smoke.yaml"
 
@@ -114,14 +117,11 @@ def test_seed_evals_lists_each_layout(tmp_path):
 
 # ---------------------------------------------------------------- 3. a real run of two seeds (slow tier)
 
-@pytest.fixture(scope="module")
-def seeded_run(tmp_path_factory):
-    """smoke with seeds [0, 1], run once in this process; (out, scale path, seconds per stage, wall seconds)."""
-    folder = tmp_path_factory.mktemp("collab-seeds")
-    path = seeded_scale(folder)
-    t0 = time.time()
-    times = pipeline.run(folder / "run", path)
-    return folder / "run", path, times, time.time() - t0
+@pytest.fixture
+def seeded_run(collab_seeded_run):
+    """smoke with seeds [0, 1], run once per test process (conftest.collab_seeded_run, shared with
+    test_collab_seed_verdicts): (out, scale path, seconds per stage, wall seconds)."""
+    return collab_seeded_run
 
 
 def _records(eval_dir: Path, system: str) -> list[dict]:
