@@ -52,7 +52,7 @@ case "${1:-}" in
       busy=0; for n in "$@"; do running "$n" && busy=1; done
       (( busy )) || break
       [[ -n ${UNSTICK:-} ]] && unstick $UNSTICK
-      left=$((end - SECONDS)); (( left > 0 )) && sleep $(( left < 5 ? left : 5 ))
+      left=$((end - SECONDS)); (( left > 0 )) && sleep $(( left < 2 ? left : 2 ))
     done
     rc=0
     for n in "$@"; do

@@ -3,7 +3,7 @@
 A toy pipeline module written into tmp_path (on the workers' PYTHONPATH) records, for each stage, the
 worker's pid and the stage's start and end; a stage named ``fail-*`` raises, one named ``die-*`` kills
 its own process (SIGKILL), as a crash or the OOM killer would; one named ``hang-*`` sleeps without a word and
-ignores SIGTERM (``hang-once-*``: only the first time), one named ``busy-*`` prints for 3 s before it ends.
+ignores SIGTERM (``hang-once-*``: only the first time), one named ``busy-*`` prints for 2 s before it ends.
 """
 from __future__ import annotations
 
@@ -37,10 +37,10 @@ class Toy:
             marker.write_text("")
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a hung CUDA call does not answer SIGTERM either
             time.sleep(3600)
-        if folder.startswith("busy"):  # silent for no more than 0.3 s at a time, for 3 s in all
+        if folder.startswith("busy"):  # silent for no more than 0.2 s at a time, for 2 s in all
             for _ in range(10):
                 print("step", flush=True)
-                time.sleep(0.3)
+                time.sleep(0.2)
         time.sleep(0.05)
         (self.out / f"{folder}.json").write_text(json.dumps({"pid": os.getpid(), "span": [t0, time.time()]}))
         return 0.05
@@ -128,11 +128,11 @@ def test_a_stalled_stage_is_killed_and_started_once_more_then_failed(toy, reuse)
     assert res["hang-1"].status == RunStatus.FAILED and res["hang-1"].returncode == launch.STALLED_RC
     assert res["after"].status == launch.SKIPPED
     assert res["hang-once-2"].status == RunStatus.COMPLETE  # killed once, complete when started again
-    assert res["busy-3"].status == RunStatus.COMPLETE  # 3 s of steady output: never taken for a stall
+    assert res["busy-3"].status == RunStatus.COMPLETE  # 2 s of steady output: never taken for a stall
     assert time.time() - t0 < 60  # an hour's sleep did not hold the launch
 
 
-@pytest.mark.slow  # a 3 s stage
+@pytest.mark.slow  # a 2 s stage
 def test_the_stall_watch_is_off_at_zero_and_reads_its_variable(toy, monkeypatch):
     monkeypatch.setenv(launch.STALL_ENV, "0")
     res = launch.run_jobs(_jobs(toy, ["busy-1"]), launch.Placement(per_gpu=1), toy / "logs", progress=False,

@@ -23,7 +23,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_start_watch_and_exit_statuses(tmp_path):
-    assert _run(tmp_path, "start", "ok", "bash", "-c", "echo step 1; sleep 4; echo step 2").returncode == 0
+    assert _run(tmp_path, "start", "ok", "bash", "-c", "echo step 1; sleep 2.5; echo step 2").returncode == 0
     again = _run(tmp_path, "start", "ok", "true")
     assert again.returncode == 1 and "already running" in again.stderr
     early = _run(tmp_path, "watch", "1", "ok")
