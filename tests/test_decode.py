@@ -194,6 +194,7 @@ def test_grpo_held_out_sampling_of_a_model_prepared_for_bf16_by_accelerate(loade
     H200 grid bench's every hill-climb died there), and puts it back for training."""
     import torch
     from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
 
     from polyvox.backends.hf import generate_batched
     from polyvox.train.grpo import plain_forward
@@ -201,6 +202,9 @@ def test_grpo_held_out_sampling_of_a_model_prepared_for_bf16_by_accelerate(loade
     model, tok = loaded
     params = SamplingParams(max_tokens=12, temperature=1.0)
     plain = generate_batched(model, tok, _requests(4), params, 4, "cpu", static=True)
+    # accelerate keeps one state per process: a GRPO run earlier in this worker (TRL's Trainer) set it without
+    # bf16, and Accelerator refuses to change it; start from a clean state, and leave one for what follows
+    AcceleratorState._reset_state(reset_partial_state=True)
     prepared = Accelerator(mixed_precision="bf16", cpu=True).prepare(model)
     try:
         with pytest.raises(RuntimeError, match="dtype"):  # what the wrapper does to the loop's fp32 cache
@@ -215,3 +219,4 @@ def test_grpo_held_out_sampling_of_a_model_prepared_for_bf16_by_accelerate(loade
             assert prepared(ids).logits.dtype == torch.float32  # convert_outputs_to_fp32 still on
     finally:
         prepared.forward = prepared.__dict__.pop("_original_forward")
+        AcceleratorState._reset_state(reset_partial_state=True)
