@@ -374,6 +374,7 @@ def test_mde_of_a_null_without_discordance_is_nan():
     assert np.isnan(A.mcnemar_mde(3, 0.01))  # too few pairs to detect any effect up to ψ
 
 
+@pytest.mark.slow  # over 3 s (the fast tier's budget: make test-fast under 60 s)
 def test_the_ordered_scale_s_test_set_is_powered_by_the_pilot(recorded):
     t = A.paired(recorded["sc"], "cl", "solo-large")
     need = A.mcnemar_n(0.05, (t["a_only"] + t["b_only"]) / t["n"])

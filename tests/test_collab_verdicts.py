@@ -281,6 +281,7 @@ def test_the_findings_row_follows_the_verdicts(ordered, counts, lead, forbidden)
         assert "minimum detectable effect" in detail
 
 
+@pytest.mark.slow  # over 3 s (the fast tier's budget: make test-fast under 60 s)
 def test_the_findings_row_is_the_chapter_s(rec, fam):
     from polyvox.book import findings as F
 

@@ -69,6 +69,7 @@ def test_the_stages_of_a_scale_with_and_without_judge_model(tmp_path):
         assert pipeline.pipeline(tmp_path, old).stage_at("judge").settings == stages.settings_of(old, "judge")
 
 
+@pytest.mark.slow  # over 3 s (the fast tier's budget: make test-fast under 60 s)
 def test_judge_training_users_and_problems_are_never_the_scales_test_ones():
     for name in ("smoke", "h200-v2"):
         s = pipeline.load_scale(name)
