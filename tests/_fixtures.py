@@ -117,7 +117,8 @@ def completion(text="ok", usage=True, **choice) -> dict:
 def local_server(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
     """``handler`` served on 127.0.0.1 (a free port) in a thread: yields the server's URL, stops it after."""
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    # a short poll: shutdown() waits for the loop's next poll, 0.5 s by default, paid by every test that serves
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{srv.server_port}"
     finally:
