@@ -96,6 +96,27 @@ def test_collapse_rule():
     assert W.collapse_step(log.iloc[:6]) is None  # only two bad steps at the end
     assert W.collapse_step(log, tail=5) is None
     assert W.collapse_step(pd.DataFrame({"step": [1, 2, 3], "format_valid": [0.0] * 3})) == 1
+    assert W.collapse(pd.DataFrame({"step": [1, 2, 3], "format_valid": [0.0] * 3})) == (1, "never valid")
+
+
+def _acc_log(acc, valid=None):
+    return pd.DataFrame({"step": range(1, len(acc) + 1), "accuracy": acc,
+                         "format_valid": valid if valid is not None else [1.0] * len(acc)})
+
+
+@pytest.mark.parametrize("acc, valid, want", [
+    ([0.9] * 60 + [0.02] * 7, None, (61, "accuracy")),   # the unkept thinking seed's shape: valid format, wrong answers
+    ([0.9] * 60 + [0.02] * 3, None, (61, "accuracy")),   # exactly `tail` steps
+    ([0.9] * 60 + [0.02] * 2, None, None),               # fewer than `tail` steps
+    ([0.9] * 60 + [0.6] * 7, None, None),                # lower, but not below half the median before
+    ([0.9] * 60 + [0.02] * 3 + [0.9], None, None),       # recovered at the last step: not a final run
+    ([0.1, 0.5, 0.9, 0.9, 0.9], None, None),             # rising
+    ([0.0] * 10, None, None),                            # never right: no accuracy to fall from
+    ([0.5] * 10, [1] * 7 + [0] * 3, (8, "format")),      # the format rule comes first
+    ([0.9] * 100 + [0.4] * 3, None, (101, "accuracy")),  # the window is the 50 steps before the run
+])
+def test_collapse_by_accuracy(acc, valid, want):
+    assert W.collapse(_acc_log(acc, valid)) == want
 
 
 def test_sign_verdict_and_points():
@@ -132,7 +153,7 @@ def test_think_minus_panel_across_the_recorded_seeds_is_bounded():
 def test_hillclimb_on_the_recorded_seeds():
     seeds = W.seeds(WORLD)
     climb = W.hillclimb(WORLD, seeds, n_boot=1000, n_perm=2000)
-    assert climb["collapsed"] == {("think", 1): 12}
+    assert climb["collapsed"] == {("think", 1): (12, "format")}
     assert len(climb["gains"]) == 2 * len(seeds) and len(climb["kept"]) == 2 * len(seeds) - 1
     for a in W.ARMS:
         m, lo, hi = climb["gain"][a].interval

@@ -159,16 +159,20 @@ def test_shipped_pipeline_folders_are_recognised(root, study, folder, scale):
         P.check(root / "data/runs" / other, s)
 
 
-def test_the_shipped_world_run_is_recognised(root):
+def test_the_shipped_world_run_is_read_but_takes_no_stage_of_the_matched_design(root):
+    """The shipped data/runs/world is of the earlier panel-only design (issue 21 replaces it): the analysis reads
+    it, the pipeline (the matched design) refuses in one line to add stages to it, whatever the scale."""
+    from polyvox.studies.world import layout
     from polyvox.studies.world import pipeline as W
 
-    s = W.load_scale("h200")
     out = root / "data/runs/world"
-    pipe = W.pipeline(out, s, seeds=[1, 2])  # seed-0/eval was recorded under other sweep_seeds
-    pipe.check()
-    assert [pipe.state(st) for st in pipe.stages] == ["done"] * len(pipe.stages)
-    with pytest.raises(ValueError, match="other settings"):
-        W.check(out, W.load_scale("smoke"), ["models"])
+    assert layout.of(out) == layout.PANEL_ONLY
+    assert layout.eval_folder(out, 0, 256, "tiny-think") == out / "seed-0/eval/cap-256/tiny-think"
+    assert set(layout.rl_folders(out, 1)) == {"panel"}
+    for scale in ("h200", "h200-v2", "smoke"):
+        with pytest.raises(ValueError) as e:
+            W.check(out, W.load_scale(scale), ["hillclimb-think"])
+        assert "earlier panel-only design" in str(e.value) and "\n" not in str(e.value)
 
 
 def test_the_shipped_judge_folder_takes_more_verdicts(root):

@@ -213,7 +213,9 @@ def test_every_command_takes_one_stage_list_syntax(study, good, bad, capsys):
         assert says in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("study, folder, seeds", [("world", "world", [1, 2]), ("personas", "personas-h200", None),
+# the shipped world run is of the earlier design, which the world pipeline no longer writes: its refusal is
+# tests/test_folders.py::test_the_shipped_world_run_is_read_but_takes_no_stage_of_the_matched_design
+@pytest.mark.parametrize("study, folder, seeds", [("personas", "personas-h200", None),
                                                   ("collab", "collab-h200", None)])
 def test_every_stage_of_a_shipped_run_is_skipped(root, study, folder, seeds):
     """A rerun over a shipped folder finds every stage complete (legacy records: no digests) and runs none."""

@@ -143,7 +143,8 @@ def test_held_out_sets_are_arithmetic_disjoint_from_every_training_set():
         + world.generate(n // 10, seed=30, levels=pipeline.POOL_LEVELS, split="train")
     held = world.generate(25, seed=12, levels=(1, 2, 3, 4, 5), split="test") \
         + world.generate(scale["eval"]["per_level"] * 10, seed=20, split="test") \
-        + world.generate(25, seed=40, levels=pipeline.POOL_LEVELS, split="test")
+        + world.generate(25, seed=40, levels=pipeline.POOL_LEVELS, split="test") \
+        + world.generate(scale["eval"]["per_level"] * 10, seed=pipeline.SEED_OFFSETS["pilot"], split="test")
     train_exprs = {p.expression for p in train_sets}
     assert not {p.expression for p in held} & train_exprs
     # the same calculation in other words is in the same split

@@ -5,14 +5,15 @@ findings summary on the intro page, so that both state one verdict by one rule.
   attempt, in both layouts a run folder can hold: GRPO now keeps an interrupted attempt's logs beside
   the new one (``<name>.attempt-<n>.jsonl``); older recordings appended a restarted attempt to the same
   file (a step that goes back marks it);
-- :func:`collapse_step`: the collapse rule (a final run of steps with no readable answer);
+- :func:`collapse`: the collapse rules (a final run of steps with no readable answer, or far below the
+  accuracy before it);
 - :func:`sign_verdict`, :func:`points`: the verdict an interval allows and its sentence;
 - :func:`problem_differences`, :func:`paired_diff`, :func:`level_verdicts`: think − panel per problem,
   with a bootstrap over problems, per level and overall (one seed);
 - :func:`across_seeds`, :func:`gain_across_seeds`, :func:`heldout_units`: across-seed intervals, a
   percentile bootstrap over seeds, then problems (or held-out samples within their level, where only
   per-level rates were logged), within the quantity's range by construction (:mod:`.inference`);
-- :func:`think_minus_panel`, :func:`panel_rl`, :func:`hillclimb`: the chapter's comparisons across seeds,
+- :func:`think_minus_panel`, :func:`rl_runs`, :func:`hillclimb`: the chapter's comparisons across seeds,
   each a :class:`~.inference.Comparison` (interval, per-seed and pooled tests, sign test, minimum
   detectable effect); :func:`tests`: all of them with one Holm correction, for the chapter and findings;
 - :func:`sweep`, :func:`first_cap_table`, :func:`band_stability`: the chapter's tables.
@@ -27,6 +28,7 @@ import pandas as pd
 
 from ... import metrics
 from . import inference as I
+from . import layout
 from .inference import ALPHA, POWER, Comparison, Interval, Units, family_table  # noqa: F401 - for the chapter
 from .run_tables import (ARMS, VERSION_KEYS, band_stability, bands, dead_levels, environment,  # noqa: F401
                          records)
@@ -98,7 +100,7 @@ def load_eval(root: str | Path, seed: int, cap: int) -> dict[str, pd.DataFrame]:
 
     out = {}
     for s in SYSTEMS:
-        df = runs.graded_samples(Path(root) / f"seed-{seed}" / "eval" / f"cap-{cap}" / s)
+        df = runs.graded_samples(layout.eval_folder(root, seed, cap, s))
         df["level"] = df.level.astype(str)
         out[s] = df
     return out
@@ -116,16 +118,53 @@ def points(m: float, lo: float, hi: float, what: str = "95% interval") -> str:
     return f"{100 * m:+.1f} points ({what} {100 * lo:+.1f} to {100 * hi:+.1f})"
 
 
-def collapse_step(log: pd.DataFrame, tail: int = 3) -> int | None:
-    """The first step of a final run of at least ``tail`` logged steps whose training batch had no valid
-    format (the policy stopped writing answers the reward can read), or None."""
-    bad = (log.format_valid == 0).to_numpy()
-    if len(bad) < tail or not bad[-tail:].all():
+COLLAPSE_WINDOW = 50  # steps before the final ones whose median accuracy a collapse by accuracy is measured against
+
+
+def collapse(log: pd.DataFrame, tail: int = 3, window: int = COLLAPSE_WINDOW) -> tuple[int, str] | None:
+    """(first step, rule) of a collapse of an RL run's training batches, or None. Two rules:
+
+    - **format**: a final run of at least ``tail`` logged steps with no valid format (the policy stopped
+      writing answers the reward can read); ``never valid`` when that run is the whole log;
+    - **accuracy**: a final run of at least ``tail`` steps whose training accuracy is below half the median
+      accuracy of the ``window`` steps before it (the policy still writes the format but stopped being
+      right). This rule was added after seeing such a run (a thinking-arm RL seed of an unkept recording of
+      issue 21's design fell from 0.97 to 0.03 in its last 7 of 200 steps with its format still valid), so
+      it was written knowing one case it catches; it flags no run of the shipped panel-only recording.
+    """
+    def final_run(bad: np.ndarray) -> int | None:
+        if len(bad) < tail or not bad[-tail:].all():
+            return None
+        i = len(bad) - 1
+        while i > 0 and bad[i - 1]:
+            i -= 1
+        return i
+
+    i = final_run((log.format_valid == 0).to_numpy())
+    if i is not None:
+        return int(log.step.iloc[i]), "never valid" if i == 0 else "format"
+    if "accuracy" not in log:
         return None
-    i = len(bad) - 1
-    while i > 0 and bad[i - 1]:
-        i -= 1
-    return int(log.step.iloc[i])
+    acc = log.accuracy.to_numpy(dtype=float)
+    for i in range(len(acc) - tail, 0, -1):  # the longest final run below half the median of the steps before it
+        before = acc[max(0, i - window):i]
+        if not (acc[i:] < 0.5 * np.median(before)).all():
+            start = i + 1
+            break
+    else:
+        start = 1 if len(acc) > tail else None
+    if start is None or len(acc) - start < tail or start < 1:
+        return None
+    before = acc[max(0, start - window):start]
+    if np.median(before) > 0 and (acc[start:] < 0.5 * np.median(before)).all():
+        return int(log.step.iloc[start]), "accuracy"
+    return None
+
+
+def collapse_step(log: pd.DataFrame, tail: int = 3) -> int | None:
+    """The first step of a collapse by either rule of :func:`collapse`, or None."""
+    c = collapse(log, tail)
+    return None if c is None else c[0]
 
 
 def problem_differences(a: pd.DataFrame, b: pd.DataFrame) -> np.ndarray:
@@ -263,27 +302,42 @@ def sweep(root: str | Path, seed: int, cap_list) -> tuple[pd.DataFrame, dict[int
     return pd.DataFrame(rows), evs
 
 
-def panel_rl(root: str | Path, seed_list, n_boot: int = I.N_BOOT, n_perm: int = I.N_PERM) -> dict:
-    """The panel-format RL of every seed: held-out trajectories and training logs (last attempts), the
-    number of attempts, the RL config, held-out accuracy at the start and the end across seeds and the
-    gain (a :class:`Comparison`; outcomes per level from the logged rates)."""
+def rl_run(root: str | Path, seed_list, arm: str = "panel", n_boot: int = I.N_BOOT, n_perm: int = I.N_PERM) -> dict:
+    """One arm's RL (easy then hard stage) over every seed: held-out trajectories and training logs (last
+    attempts), the number of attempts, the RL config, held-out accuracy at the start and the end across seeds,
+    the gain (a :class:`Comparison`; outcomes per level from the logged rates) and the collapsed runs
+    (seed → (step, rule), :func:`collapse`). The folders are the design's (:mod:`.layout`): ``panel-rl`` in
+    the panel-only design, ``rl-<arm>`` in the matched one."""
     root = Path(root)
     traj, logs, attempts = {}, {}, {}
     for k in seed_list:
-        folder = root / f"seed-{k}" / "panel-rl"
+        folder = layout.rl_folders(root, k)[arm]
         traj[k], attempts[k] = read_log(folder, "heldout_trajectory.jsonl")
         logs[k] = read_log(folder, "train_log.jsonl")[0]
-    cfg = manifest(root / f"seed-{seed_list[0]}" / "panel-rl")["config"]
+    cfg = manifest(layout.rl_folders(root, seed_list[0])[arm])["config"]
     n = cfg["heldout_problems"] * cfg["heldout_samples"]
     ends = pd.DataFrame({"seed": list(seed_list), "start": [traj[k].heldout_mean.iloc[0] for k in seed_list],
                          "end": [traj[k].heldout_mean.iloc[-1] for k in seed_list],
                          "end step": [int(traj[k].step.iloc[-1]) for k in seed_list]})
     start = [heldout_units(traj[k].iloc[0], cfg) for k in seed_list]
     end = [heldout_units(traj[k].iloc[-1], cfg) for k in seed_list]
-    return {"traj": traj, "logs": logs, "attempts": attempts, "config": cfg, "heldout_n": n, "ends": ends,
+    return {"arm": arm, "traj": traj, "logs": logs, "attempts": attempts, "config": cfg, "heldout_n": n, "ends": ends,
             "start": across_seeds(start, n_boot=n_boot, bounds=(0, 1)), "end": across_seeds(end, n_boot=n_boot, bounds=(0, 1)),
-            "gain": gain_comparison("panel RL gain", seed_list, start, end, n_boot, n_perm),
-            "restarted": [k for k in seed_list if attempts[k] > 1]}
+            "gain": gain_comparison(rl_key(arm), seed_list, start, end, n_boot, n_perm),
+            "restarted": [k for k in seed_list if attempts[k] > 1],
+            "collapsed": {k: c for k in seed_list if (c := collapse(logs[k])) is not None}}
+
+
+def panel_rl(root: str | Path, seed_list, n_boot: int = I.N_BOOT, n_perm: int = I.N_PERM) -> dict:
+    """The panel-format RL of every seed (:func:`rl_run` of the panel arm)."""
+    return rl_run(root, seed_list, "panel", n_boot, n_perm)
+
+
+def rl_runs(root: str | Path, seed_list, n_boot: int = I.N_BOOT, n_perm: int = I.N_PERM) -> dict[str, dict]:
+    """:func:`rl_run` of every arm the run trained by RL from tiny-base: the panel arm alone in the panel-only
+    design, both arms in the matched one."""
+    arms = layout.rl_folders(root, seed_list[0])
+    return {arm: rl_run(root, seed_list, arm, n_boot, n_perm) for arm in arms}
 
 
 def hillclimb(root: str | Path, seed_list, n_boot: int = I.N_BOOT, n_perm: int = I.N_PERM) -> dict:
@@ -304,7 +358,7 @@ def hillclimb(root: str | Path, seed_list, n_boot: int = I.N_BOOT, n_perm: int =
                            "gain": t.heldout_mean.iloc[-1] - t.heldout_mean.iloc[0],
                            "groups with equal rewards": logs[a][k].frac_groups_all_equal.mean()}
                           for a in ARMS for k, t in traj[a].items()])
-    collapsed = {(a, k): step for a in ARMS for k in seed_list if (step := collapse_step(logs[a][k])) is not None}
+    collapsed = {(a, k): c for a in ARMS for k in seed_list if (c := collapse(logs[a][k])) is not None}  # (step, rule)
     kept = gains[[(r.arm, r.seed) not in collapsed for r in gains.itertuples()]]
     units = {a: {k: (heldout_units(t.iloc[0], cfg[a]), heldout_units(t.iloc[-1], cfg[a])) for k, t in traj[a].items()}
              for a in ARMS}
@@ -336,6 +390,11 @@ def cap_key(cap: int) -> str:
     return f"think − panel at {cap} tokens"
 
 
+def rl_key(arm: str) -> str:
+    """The family's name of an arm's RL gain from tiny-base (``panel`` / ``think``)."""
+    return "panel RL gain" if arm == "panel" else f"{ARMS[arm]} RL gain"
+
+
 def gain_key(arm: str) -> str:
     """The family's name of an arm's hill-climb gain (``panel`` / ``think``)."""
     return f"hill-climb gain, {ARMS[arm]} arm"
@@ -347,11 +406,12 @@ def tests(root: str | Path, seed_list, n_boot: int = I.N_BOOT, n_perm: int = I.N
     gain, think − panel at the smallest and the largest cap every seed shares (:func:`cap_key`), each
     arm's hill-climb gain as recorded (:func:`gain_key`), the panel − thinking gap at step 0),
     ``caps`` (the caps compared), ``per_seed`` (cap → :func:`think_minus_panel`'s table, with each
-    seed's Holm-adjusted p), ``panel_rl`` and ``hillclimb`` (their dicts)."""
+    seed's Holm-adjusted p), ``rl`` (arm → :func:`rl_run`; in the matched design both arms' RL gains join
+    the family), ``panel_rl``, ``hillclimb`` (their dicts) and ``design`` (:func:`.layout.of`)."""
     shared = common_caps(root, seed_list)
     compared = sorted({shared[0], shared[-1]})
-    prl, climb = panel_rl(root, seed_list, n_boot, n_perm), hillclimb(root, seed_list, n_boot, n_perm)
-    fam, per_seed = {"panel RL gain": prl["gain"]}, {}
+    rls, climb = rl_runs(root, seed_list, n_boot, n_perm), hillclimb(root, seed_list, n_boot, n_perm)
+    fam, per_seed = {rl_key(a): r["gain"] for a, r in rls.items()}, {}
     for cap in compared:
         per_seed[cap], fam[cap_key(cap)] = think_minus_panel(root, seed_list, cap, n_boot, n_perm)
     fam.update({gain_key(a): climb["gain"][a] for a in ARMS})
@@ -359,4 +419,5 @@ def tests(root: str | Path, seed_list, n_boot: int = I.N_BOOT, n_perm: int = I.N
     I.holm_family(fam)
     for cap in compared:
         per_seed[cap]["p (Holm)"] = fam[cap_key(cap)].p_seed_holm
-    return {"tests": fam, "caps": compared, "per_seed": per_seed, "panel_rl": prl, "hillclimb": climb}
+    return {"tests": fam, "caps": compared, "per_seed": per_seed, "panel_rl": rls["panel"], "rl": rls,
+            "hillclimb": climb, "design": layout.of(root)}

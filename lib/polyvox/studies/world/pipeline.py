@@ -1,33 +1,43 @@
-"""The miniature replication, stage by stage: models → panel RL → evaluations → bands → hill-climbs.
+"""The miniature replication, stage by stage (issue 21's design): models → pilot → matched RL →
+evaluations → bands (two draws) → hill-climbs.
+
+Matched arms. Both arms start from tiny-base and are trained by one recipe — the same GRPO stages
+(easy, then hard), steps, learning rate, LoRA rank, group, prompts, problems, cap and held-out set —
+and differ only in the format (the raw panel prompt vs the thinking chat template) and its format
+reward (tags valid vs a closed think block and a box): :func:`.arms.arm_differences` compares the two
+RLConfigs the pipeline builds and lists what differs. No SFT warm-start: tiny-base already writes the
+thinking format under the chat template (its pretraining holds thinking notes; on the shipped tiny-base,
+14 of 16 level-2 samples at cap 400 were format-valid, and 1 of 16 under the panel prompt) and RL alone
+learns the panel format from tiny-base (the recorded panel RL reached ≈ 90 % accuracy in 50 steps); a
+warm-start on one arm only would bring back the confound, and an identical one on both is not needed.
+The pilot records each arm's format-valid rate at the start, so this is checked at every scale.
+tiny-think is still built by the models stage (the shipped model) but no stage reads it.
 
 Layout of ``<out>`` (one folder per stage, each with its record: settings, inputs, status):
-- ``models/``: tiny-base and tiny-think, trained once (seed ``models.seed`` of the scale);
-- ``seed-<k>/panel-rl/``: tiny-panel, LoRA GRPO from tiny-base, RL seed k;
-- ``seed-<k>/eval/cap-<c>/<system>/``: tiny-panel and tiny-think on the same test problems at
-  token cap c — every cap of ``eval.caps`` for the seeds in ``eval.sweep_seeds``, the first
-  cap for the others (the cap sweep measures what the cap does instead of assuming it);
-- ``bands/<arm>/``: G samples per pool problem for both arms, from the scale's first seed's
-  easy-stage adapter (panel) and tiny-think; ``per_problem.jsonl`` in the published schema;
-- ``bands-redraw/<arm>/``: the same pool and systems sampled again with other seeds, to
-  measure how stable band membership is (the hill-climbs use the first draw);
-- ``seed-<k>/hillclimb-<arm>/``: RL seed k on the arm's own band, from one fixed starting
-  point (the first seed's easy adapter / tiny-think), so seeds vary the RL run alone. An empty
-  band is refused unless the scale says ``bands.if_empty: whole-pool`` (smoke: random models).
+- ``models/``: tiny-base (and tiny-think), trained once;
+- ``pilot/<arm>/samples``: each arm's starting point (tiny-base, its format) on every level at the
+  scale's largest evaluation cap; ``pilot/summary.json``: lengths, accuracies (Wilson), derived cap
+  (:mod:`.pilot`); a scale whose caps are below the pilot's 99th percentile is refused by every stage
+  that samples after it;
+- ``seed-<k>/rl-<arm>/``: LoRA GRPO from tiny-base, RL seed k, easy stage then hard stage;
+- ``seed-<k>/eval/cap-<c>/<arm>/``: both arms' hard adapters on the same test problems at cap c (every
+  cap of ``eval.caps`` for ``eval.sweep_seeds``, the first cap for the others);
+- ``bands/<arm>/``, ``bands-redraw/<arm>/``: G samples per pool problem from the first seed's easy
+  adapter of each arm, two independent draws (sampling seeds differ by :data:`REDRAW_OFFSET`);
+- ``seed-<k>/hillclimb-<arm>/``: RL seed k on the problems in the arm's variance band in *both* draws,
+  from the first seed's easy adapter of the arm (seeds vary the RL run alone); its held-out levels are
+  chosen from the first draw (both arms' per-level accuracy in [20 %, 80 %]: :func:`.pilot.choose_levels`,
+  chosen and dropped levels in the stage record). An empty band or no level that can move is refused
+  unless the scale says ``bands.if_empty: whole-pool`` (smoke: random models, plumbing only — the cap
+  check is then recorded, not enforced).
 
-Problem sets do not depend on the RL seed: every seed is evaluated on the same held-out,
-test and pool problems, each set drawn with the scale's ``problems_seed`` plus its own offset
-(:data:`SEED_OFFSETS`), and arithmetic-disjoint from every training set
-(:func:`~.problems.expression_split`).
+Each stage's record holds its cap hits (:mod:`.pilot`). Problem sets do not depend on the RL seed (each drawn
+with ``problems_seed`` plus its offset, :data:`SEED_OFFSETS`), arithmetic-disjoint from every training set.
 
-``run`` is a :class:`polyvox.stages.Pipeline` (one writer per folder and per manifest, validate
-first, upstream digests): it goes seed by seed (models, then for each seed: panel RL,
-evaluation, bands after the first seed, hill-climbs). The RL stages' folders hold GRPO's run
-(its manifest.json is GRPO's); their stage record is ``stage.json``. ``<out>/manifest.json``
-records the kind (``world pipeline``) and the scale. Scales are YAML files,
-``configs/world/<scale>.yaml`` (``smoke``: CPU, a minute, checks the plumbing, numbers
-mean nothing; ``h200``: the recorded runs), read by :func:`load_scale` for both the command
-and the chapter. Sampling and grading go through the one run path
-(:func:`polyvox.runs.sample` / :func:`polyvox.runs.grade`, task ``world``, grader ``integer``).
+``run`` is a :class:`polyvox.stages.Pipeline`; each stage declares the folders it reads, so ``--parallel K``
+(:mod:`polyvox.launch`) runs every seed's RL at once after the pilot. Scales: ``configs/world/<scale>.yaml``
+(``smoke``: CPU plumbing; ``h200-v2``: this design on one H200; ``h200``: the settings of the earlier panel-only
+recording, whose folder this pipeline refuses to add to: :mod:`.layout`), read by :func:`load_scale`.
 """
 from __future__ import annotations
 
@@ -39,19 +49,29 @@ from ...backends import BackendSpec, SamplingParams
 from ...records import KIND_RL, RecordError, RunLock, append_jsonl, read_jsonl, read_manifest
 from ...tasks import load as load_task
 from ...train import grpo
+from . import layout as _layout
+from . import pilot as _pilot
 from . import problems as _problems  # noqa: F401 - registers the "world" task even without entry points
 
 EVAL_LEVELS = (1, 2, 3, 4, 5, "olympiad")
 POOL_LEVELS = (3, 4, 5, "olympiad")
-STAGES = ("models", "panel-rl", "eval", "bands", "bands-redraw", "hillclimb-panel", "hillclimb-think")
+ARMS = ("panel", "think")
+STAGES = ("models", "pilot", "rl-panel", "rl-think", "eval", "bands", "bands-redraw", "hillclimb-panel",
+          "hillclimb-think")
 # each problem set's seed is the scale's problems_seed plus its offset (one stream per set)
-SEED_OFFSETS = {"rl-easy": 10, "rl-hard": 11, "rl-heldout": 12, "eval": 20, "pool": 30, "climb-heldout": 40}
+SEED_OFFSETS = {"rl-easy": 10, "rl-hard": 11, "rl-heldout": 12, "eval": 20, "pool": 30, "climb-heldout": 40,
+                "pilot": 50}
 REDRAW_OFFSET = 1000  # bands-redraw samples with the sampling seed plus this offset
 
 
 def load_scale(scale: str | Path) -> dict:
     """A scale by name (configs/world/<name>.yaml) or YAML path; the dict records its name."""
     return stages.load_scale("world", scale, {"models", "rl", "sampling", "eval", "bands", "seeds", "problems_seed"})
+
+
+def plumbing_only(s: dict) -> bool:
+    """A smoke scale (random models): ``bands.if_empty: whole-pool``; its checks are recorded, not enforced."""
+    return s["bands"].get("if_empty", "refuse") == "whole-pool"
 
 
 def _seed_dir(out: Path, seed: int) -> Path:
@@ -77,9 +97,10 @@ def build_models(out: Path, s: dict, seed: int = 0) -> None:
 
 
 def _rl_config(out: Path, s: dict, seed: int, arm: str, folder: Path, rl_stages, heldout, init=None) -> grpo.RLConfig:
+    """One recipe for both arms: only ``arm`` (the format and its format reward) and the folders differ."""
     r = s["rl"]
-    model = out / "models" / ("tiny-base" if arm == "panel" else "tiny-think")
-    return grpo.RLConfig(model=str(model), arm=arm, out=str(folder), init_adapter=str(init) if init else None,
+    return grpo.RLConfig(model=str(out / "models" / "tiny-base"), arm=arm, out=str(folder),
+                         init_adapter=str(init) if init else None,
                          stages=rl_stages, lora_rank=r["lora_rank"], lora_alpha=2 * r["lora_rank"],
                          group_size=r["group"], prompts_per_step=r["prompts"],
                          max_completion_length=s["sampling"]["max_tokens"],
@@ -87,23 +108,47 @@ def _rl_config(out: Path, s: dict, seed: int, arm: str, folder: Path, rl_stages,
                          learning_rate=r["lr"], save_every=1000, seed=seed)
 
 
-def panel_rl(out: Path, s: dict, seed: int = 0) -> None:
-    """tiny-panel: LoRA GRPO from tiny-base on the raw panel prompt, easy stage then hard stage."""
+def _rl_stages(s: dict) -> tuple[list, list]:
     n = s["models"]["n_per_level"] // 10
     easy = load_task("world", **problem_set(s, "rl-easy", (1, 2), n, "train"))
     hard = load_task("world", **problem_set(s, "rl-hard", (3, 4, 5), n, "train"))
     heldout = load_task("world", **problem_set(s, "rl-heldout", (1, 2, 3, 4, 5), s["rl"]["heldout_per_level"], "test"))
     steps = s["rl"]["stage_steps"]
-    grpo.train(_rl_config(out, s, seed, "panel", _seed_dir(out, seed) / "panel-rl",
-                          [grpo.Stage("easy", easy, steps[0]), grpo.Stage("hard", hard, steps[1])], heldout))
+    return [grpo.Stage("easy", easy, steps[0]), grpo.Stage("hard", hard, steps[1])], heldout
+
+
+def read_pilot(out: Path) -> dict | None:
+    path = out / "pilot" / "summary.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def cap_check(out: Path, s: dict) -> dict:
+    """The scale's caps against the pilot: refused in one line (a smoke scale: recorded only)."""
+    summary = read_pilot(out)
+    if summary is None and plumbing_only(s):
+        return {"cap_check": "no pilot (plumbing only)"}
+    if summary is None:
+        raise ValueError(f"{out / 'pilot'}: no pilot summary; run the pilot stage first")
+    problems = _pilot.cap_problems(s, summary)
+    if problems and not plumbing_only(s):
+        raise ValueError(problems[0])
+    return {"pilot_derived_cap": summary["derived_cap"], "stage_caps": _pilot.stage_caps(s),
+            "cap_check": problems or "ok"}
+
+
+def rl(out: Path, s: dict, arm: str, seed: int = 0) -> dict:
+    """An arm's matched RL run: LoRA GRPO from tiny-base, easy stage then hard stage."""
+    checked = cap_check(out, s)
+    folder = _seed_dir(out, seed) / f"rl-{arm}"
+    rl_stages, heldout = _rl_stages(s)
+    grpo.train(_rl_config(out, s, seed, arm, folder, rl_stages, heldout))
+    return {**checked, "cap_hits": _pilot.rl_cap_hits(folder, s["sampling"]["max_tokens"])}
 
 
 # the systems as sampled: (model folder, adapter folder or None, format)
-def _systems(out: Path, seed: int) -> dict:
-    rl = _seed_dir(out, seed) / "panel-rl"
-    return {"panel": (out / "models/tiny-base", rl / "hard/adapter", "panel"),
-            "think": (out / "models/tiny-think", None, "think"),
-            "panel-easy": (out / "models/tiny-base", rl / "easy/adapter", "panel")}
+def _system(out: Path, arm: str, seed: int | None, stage: str = "hard"):
+    adapter = None if seed is None else _seed_dir(out, seed) / f"rl-{arm}" / stage / "adapter"
+    return out / "models/tiny-base", adapter, arm
 
 
 def _sample_and_grade(system, folder: Path, s: dict, world: dict, n: int, seed: int, max_tokens: int) -> None:
@@ -116,32 +161,60 @@ def _sample_and_grade(system, folder: Path, s: dict, world: dict, n: int, seed: 
     runs.grade(folder)
 
 
+def pilot_settings(s: dict) -> dict:
+    """What the pilot's samples depend on (not the caps it checks: a scale's caps may be raised after it)."""
+    e, sp = s["eval"], s["sampling"]
+    return {"cap": max(e["caps"]), "per_level": e["per_level"], "n": e["n"], "batch_size": sp["batch_size"],
+            "dtype": sp["dtype"]}
+
+
+def run_pilot(out: Path, s: dict, seed: int = 0) -> dict:
+    """Both arms' starting points on every level at the largest evaluation cap; pilot/summary.json."""
+    cap = max(s["eval"]["caps"])
+    world = problem_set(s, "pilot", EVAL_LEVELS, s["eval"]["per_level"], "test")
+    folders = {}
+    for arm in ARMS:
+        folders[arm] = out / "pilot" / arm / "samples"
+        _sample_and_grade(_system(out, arm, None), folders[arm], s, world, s["eval"]["n"], seed, cap)
+    summary = _pilot.summarize(folders, cap)
+    chosen, dropped = _pilot.pilot_levels(summary)
+    summary.update(levels_in_range=chosen, levels_dropped=dropped, cap_problems=_pilot.cap_problems(s, summary))
+    (out / "pilot" / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return {"derived_cap": summary["derived_cap"], "cap_problems": summary["cap_problems"],
+            "levels_in_range": chosen}
+
+
 def eval_caps(s: dict, seed: int) -> list[int]:
     caps = s["eval"]["caps"]
     return list(caps) if seed in s["eval"]["sweep_seeds"] else list(caps[:1])
 
 
-def evaluate(out: Path, s: dict, seed: int = 0) -> None:
-    """tiny-panel (panel prompt) and tiny-think (chat, thinking) on the same test problems at each cap."""
+def evaluate(out: Path, s: dict, seed: int = 0) -> dict:
+    """Both arms' hard adapters of seed ``seed`` on the same test problems at each cap."""
+    checked = cap_check(out, s)
     world = problem_set(s, "eval", EVAL_LEVELS, s["eval"]["per_level"], "test")
-    systems = _systems(out, seed)
+    hits = {}
     for cap in eval_caps(s, seed):
-        for name, system in (("tiny-panel", systems["panel"]), ("tiny-think", systems["think"])):
-            _sample_and_grade(system, _seed_dir(out, seed) / "eval" / f"cap-{cap}" / name, s, world,
-                              s["eval"]["n"], seed, cap)
+        for arm in ARMS:
+            folder = _seed_dir(out, seed) / "eval" / f"cap-{cap}" / arm
+            _sample_and_grade(_system(out, arm, seed), folder, s, world, s["eval"]["n"], seed, cap)
+            hits[f"cap-{cap}/{arm}"] = _pilot.sample_cap_hits(folder)
+    return {**checked, "cap_hits": hits}
 
 
 def _pool(s: dict) -> dict:
     return problem_set(s, "pool", POOL_LEVELS, s["bands"]["pool_per_level"], "train")
 
 
-def bands(out: Path, s: dict, seed: int = 0, root: str = "bands") -> None:
-    """G samples per pool problem for both arms; per-problem bands in the published schema."""
+def bands(out: Path, s: dict, seed: int = 0, root: str = "bands") -> dict:
+    """G samples per pool problem for both arms (the first seed's easy adapters); per-problem bands."""
+    checked = cap_check(out, s)
     group = s["bands"]["group"]
-    systems = _systems(out, s["seeds"][0])
-    for arm, system in (("panel", systems["panel-easy"]), ("think", systems["think"])):
+    hits, accuracy = {}, {}
+    for arm in ARMS:
         folder = out / root / arm
-        _sample_and_grade(system, folder / "samples", s, _pool(s), group, seed, s["sampling"]["max_tokens"])
+        _sample_and_grade(_system(out, arm, s["seeds"][0], "easy"), folder / "samples", s, _pool(s), group, seed,
+                          s["sampling"]["max_tokens"])
         counts = runs.per_problem_counts(folder / "samples")
         rows = [{"uid": r.id, "source": f"level-{r.level}", "n_samples": int(r.n_samples),
                  "n_correct": int(r.n_correct), "band": metrics.variance_band(int(r.n_correct), int(r.n_samples))}
@@ -151,56 +224,82 @@ def bands(out: Path, s: dict, seed: int = 0, root: str = "bands") -> None:
         append_jsonl(tmp, rows)
         tmp.replace(folder / "per_problem.jsonl")
         summary = {"arm": arm, "n_problems": len(rows), "n_samples_per_problem": group,
-                   "bands": {b: sum(r["band"] == b for r in rows) for b in metrics.BANDS}}
+                   "bands": {b: sum(r["band"] == b for r in rows) for b in metrics.BANDS},
+                   "accuracy_per_level": _pilot.band_accuracy(rows)}
         (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        hits[arm], accuracy[arm] = _pilot.sample_cap_hits(folder / "samples"), summary["accuracy_per_level"]
+    return {**checked, "cap_hits": hits, "accuracy_per_level": accuracy}
 
 
-def bands_redraw(out: Path, s: dict, seed: int = 0) -> None:
-    """The same draw again with other sampling seeds (seed + REDRAW_OFFSET), into ``bands-redraw/``.
-
-    The hill-climbs train on the first draw only. The second, independent draw measures how
-    stable band membership is: a problem that scored 7/8 once may be 8/8 the next time, and a
-    band chosen on one draw of G samples is partly selected on noise.
-    """
-    bands(out, s, seed + REDRAW_OFFSET, root="bands-redraw")
+def bands_redraw(out: Path, s: dict, seed: int = 0) -> dict:
+    """The same draw again with other sampling seeds (seed + REDRAW_OFFSET), into ``bands-redraw/``: a problem
+    enters a hill-climb only if it is in the arm's variance band in both draws."""
+    return bands(out, s, seed + REDRAW_OFFSET, root="bands-redraw")
 
 
-def band_ids(out: Path, arm: str) -> list[str]:
-    path = out / "bands" / arm / "per_problem.jsonl"
+def band_ids(out: Path, arm: str, root: str = "bands") -> list[str]:
+    path = out / root / arm / "per_problem.jsonl"
     return [r["uid"] for r in read_jsonl(path) if r["band"] == "variance_band"]
 
 
-def hillclimb(out: Path, s: dict, arm: str, seed: int = 0) -> None:
-    """RL on the arm's own variance band; held-out hill-climb every eval_every steps.
+def stable_band(out: Path, arm: str) -> tuple[list[str], dict]:
+    """The problems in the arm's variance band in both draws (first draw's order), and how stable it is."""
+    first, second = band_ids(out, arm), set(band_ids(out, arm, "bands-redraw"))
+    both = [i for i in first if i in second]
+    union = len(set(first) | second)
+    return both, {"first_draw": len(first), "second_draw": len(second), "both": len(both),
+                  "jaccard": len(both) / union if union else None}
 
-    An empty band is an error, unless the scale's ``bands.if_empty`` is ``whole-pool``: the climb then
-    trains on the whole pool and its folder holds ``SMOKE_BAND_WAS_EMPTY``."""
+
+def climb_levels(out: Path) -> tuple[list[str], dict[str, str]]:
+    """The held-out levels a hill-climb can move: both climb starts' first-draw accuracy in [20 %, 80 %]."""
+    acc = {arm: _pilot.band_accuracy(read_jsonl(out / "bands" / arm / "per_problem.jsonl")) for arm in ARMS}
+    return _pilot.choose_levels(acc)
+
+
+def hillclimb(out: Path, s: dict, arm: str, seed: int = 0) -> dict:
+    """RL on the arm's stable variance band, held-out levels that can move, every eval_every steps.
+
+    An empty band or no movable level is an error, unless the scale's ``bands.if_empty`` is
+    ``whole-pool``: the climb then trains on the whole pool (its folder holds ``SMOKE_BAND_WAS_EMPTY``)
+    or evaluates on every pool level."""
     pool = {p.id: p for p in load_task("world", **_pool(s))}
-    ids = band_ids(out, arm)
+    ids, stability = stable_band(out, arm) if (out / "bands-redraw" / arm).is_dir() else (band_ids(out, arm), {})
     unknown = [i for i in ids if i not in pool]
     if unknown:
         raise RecordError(out / "bands" / arm / "per_problem.jsonl", None,
                           f"{len(unknown)} band problems are not in this scale's pool (e.g. {unknown[0]})")
     folder = _seed_dir(out, seed) / f"hillclimb-{arm}"
     if not ids:
-        if s["bands"].get("if_empty", "refuse") != "whole-pool":
+        if not plumbing_only(s):
             raise RuntimeError(f"{arm}: empty variance band; nothing to train on (bands.if_empty: refuse)")
         ids = list(pool)
         with RunLock(folder):
             (folder / "SMOKE_BAND_WAS_EMPTY").write_text("trained on the whole pool\n")
-    heldout = load_task("world", **problem_set(s, "climb-heldout", POOL_LEVELS, s["rl"]["heldout_per_level"], "test"))
-    init = _seed_dir(out, s["seeds"][0]) / "panel-rl/easy/adapter" if arm == "panel" else None
+    levels, dropped = climb_levels(out) if (out / "bands" / ARMS[1]).is_dir() else ([], {})
+    if not levels:
+        if not plumbing_only(s):
+            raise RuntimeError(f"{arm}: no held-out level with both arms' starting accuracy in [20 %, 80 %] "
+                               f"({'; '.join(f'{k}: {v}' for k, v in dropped.items())})")
+        levels = [str(lv) for lv in POOL_LEVELS]
+    checked = cap_check(out, s)
+    chosen = [lv if lv == "olympiad" else int(lv) for lv in levels]
+    heldout = load_task("world", **problem_set(s, "climb-heldout", chosen, s["rl"]["heldout_per_level"], "test"))
+    init = _seed_dir(out, s["seeds"][0]) / f"rl-{arm}" / "easy" / "adapter"
     grpo.train(_rl_config(out, s, seed, arm, folder,
                           [grpo.Stage("band", [pool[i] for i in ids], s["rl"]["climb_steps"])], heldout, init))
+    return {**checked, "band": stability, "band_problems": len(ids), "heldout_levels": levels,
+            "heldout_levels_dropped": dropped, "cap_hits": _pilot.rl_cap_hits(folder, s["sampling"]["max_tokens"])}
 
 
 # stage -> the scale sections its outputs depend on
-SECTIONS = {"models": ("models",), "panel-rl": ("models", "rl", "sampling", "problems_seed"),
+SECTIONS = {"models": ("models",), "pilot": ("models", "problems_seed"),  # and pilot_settings(s)
+            **{f"rl-{a}": ("models", "rl", "sampling", "problems_seed") for a in ARMS},
             "eval": ("models", "rl", "sampling", "eval", "problems_seed"),
             **{st: ("models", "rl", "sampling", "bands", "problems_seed")
                for st in ("bands", "bands-redraw", "hillclimb-panel", "hillclimb-think")}}
-PER_SEED = ("panel-rl", "eval", "hillclimb-panel", "hillclimb-think")  # one folder per RL seed
-RL_STAGES = ("panel-rl", "hillclimb-panel", "hillclimb-think")  # their folder hosts an RL run (grpo.train)
+PER_SEED = ("rl-panel", "rl-think", "eval", "hillclimb-panel", "hillclimb-think")  # one folder per RL seed
+RL_STAGES = ("rl-panel", "rl-think", "hillclimb-panel", "hillclimb-think")  # their folder hosts an RL run
 
 
 def stage_folder(out: Path, stage: str, seed: int) -> Path:
@@ -208,33 +307,37 @@ def stage_folder(out: Path, stage: str, seed: int) -> Path:
 
 
 def _reads(out: Path, s: dict, stage: str, seed: int) -> tuple[Path, ...]:
-    """The folders a stage reads: the models, the panel RL run it starts from or samples, the bands."""
-    first = stage_folder(out, "panel-rl", s["seeds"][0])
-    return {"models": (), "panel-rl": (out / "models",), "eval": (out / "models", stage_folder(out, "panel-rl", seed)),
-            "bands": (out / "models", first), "bands-redraw": (out / "models", first),
-            "hillclimb-panel": (out / "models", out / "bands", first),
-            "hillclimb-think": (out / "models", out / "bands")}[stage]
+    """The folders a stage reads: the models, the pilot (caps), the RL runs it samples or starts from, the bands."""
+    base = (out / "models", out / "pilot")
+    firsts = tuple(stage_folder(out, f"rl-{a}", s["seeds"][0]) for a in ARMS)
+    both = (out / "bands", out / "bands-redraw")
+    return {"models": (), "pilot": (out / "models",), "rl-panel": base, "rl-think": base,
+            "eval": base + tuple(stage_folder(out, f"rl-{a}", seed) for a in ARMS),
+            "bands": base + firsts, "bands-redraw": base + firsts,
+            "hillclimb-panel": base + both + firsts[:1], "hillclimb-think": base + both + firsts[1:]}[stage]
 
 
 def _work(out: Path, s: dict, stage: str, seed: int):
     def work():  # looked up when the stage runs (tests replace them)
-        fns = {"models": build_models, "panel-rl": panel_rl, "eval": evaluate, "bands": bands,
+        fns = {"models": build_models, "pilot": run_pilot, "rl-panel": lambda o, x, k: rl(o, x, "panel", k),
+               "rl-think": lambda o, x, k: rl(o, x, "think", k), "eval": evaluate, "bands": bands,
                "bands-redraw": bands_redraw, "hillclimb-panel": lambda o, x, k: hillclimb(o, x, "panel", k),
                "hillclimb-think": lambda o, x, k: hillclimb(o, x, "think", k)}
-        fns[stage](out, s, seed)
+        return fns[stage](out, s, seed)
     return work
 
 
 def _stage(out: Path, s: dict, stage: str, seed: int) -> stages.Stage:
-    # a stage run once (models, bands) records no seed; the bands sample with the scale's first seed
-    settings = stages.settings_of(s, *SECTIONS[stage], seed=seed if stage in PER_SEED else None)
+    # a stage run once (models, pilot, bands) records no seed; the bands sample with the scale's first seed
+    extra = {"pilot": pilot_settings(s)} if stage == "pilot" else {}
+    settings = stages.settings_of(s, *SECTIONS[stage], seed=seed if stage in PER_SEED else None, **extra)
     return stages.Stage(stage, stage_folder(out, stage, seed), settings, _work(out, s, stage, seed),
                         _reads(out, s, stage, seed), hosts=KIND_RL if stage in RL_STAGES else None)
 
 
 def _recognise(out: Path) -> bool:
     """A world run written before kinds were recorded: a stage manifest naming one of the stages."""
-    found = [out / st / "manifest.json" for st in ("models", "bands", "bands-redraw")]
+    found = [out / st / "manifest.json" for st in ("models", "pilot", "bands", "bands-redraw")]
     found += [d / st / "manifest.json" for d in out.glob("seed-*") for st in STAGES]
     return any(f.is_file() and read_manifest(f.parent).get("stage") in STAGES for f in found)
 
@@ -251,25 +354,34 @@ def _seeds(s: dict, seeds) -> list[int]:
 
 def pipeline(out: str | Path, s: dict, seeds=None) -> stages.Pipeline:
     """The world pipeline of scale ``s`` over ``seeds`` (default: the scale's), seed by seed, so that an
-    interrupted run leaves whole seeds behind: models, then per seed panel RL and evaluation, the bands
-    after the first seed's, then the hill-climbs."""
+    interrupted run leaves whole seeds behind: models and pilot, then per seed both arms' RL and their
+    evaluation, the bands after the first seed's, then the hill-climbs."""
     out, seeds = Path(out), _seeds(s, seeds)
-    order = [("models", s["seeds"][0])]
+    first = s["seeds"][0]
+    order = [("models", first), ("pilot", first)]
     for k in seeds:
-        order += [("panel-rl", k), ("eval", k)] + ([("bands", s["seeds"][0]), ("bands-redraw", s["seeds"][0])]
-                                                   if k == seeds[0] else [])
+        order += [("rl-panel", k), ("rl-think", k), ("eval", k)]
+        order += [("bands", first), ("bands-redraw", first)] if k == seeds[0] else []
         order += [("hillclimb-panel", k), ("hillclimb-think", k)]
 
     def first_seed(todo) -> None:  # the bands and hill-climbs start from the first seed's adapters
         old = read_manifest(out).get("settings") if (out / "manifest.json").is_file() else None
-        if isinstance(old, dict) and old.get("seeds") and old["seeds"][0] != s["seeds"][0]:
+        if isinstance(old, dict) and old.get("seeds") and old["seeds"][0] != first:
             raise ValueError(f"{out}: holds a run whose first seed is {old['seeds'][0]}; the scale {s['name']!r} "
-                             f"starts at seed {s['seeds'][0]} (the bands and hill-climbs start from the first "
+                             f"starts at seed {first} (the bands and hill-climbs start from the first "
                              "seed); use a new --out")
+
+    def design(todo) -> None:  # a folder of the earlier panel-only design takes no stage of this one
+        _layout.refuse_other(out)
+
+    def caps(todo) -> None:  # a pilot already run: a scale whose caps are below it is refused before any work
+        summary = read_pilot(out)
+        if summary is not None and not plumbing_only(s) and set(todo) - {"models", "pilot"}:
+            _pilot.check_caps(s, summary)
 
     # more seeds may be added to a scale (new seed folders): its seeds change no recorded output
     return stages.Pipeline(stages.KIND_WORLD, out, s, [_stage(out, s, st, k) for st, k in order], STAGES,
-                           recognise=_recognise, ignore=("seeds",), checks=[first_seed], root={"seeds": seeds})
+                           recognise=_recognise, ignore=("seeds",), checks=[design, first_seed, caps], root={"seeds": seeds})
 
 
 def check(out: str | Path, s: dict, todo=STAGES, seeds=None) -> None:

@@ -79,7 +79,10 @@ def power(c: Comparison, seeds: int, problems: int, alpha: float = ALPHA, test: 
     from scipy.stats import nct, norm, t
 
     delta = c.effect if effect is None else effect
-    ncp = delta / c.se(seeds, problems)
+    se = c.se(seeds, problems)
+    if se == 0:  # no variance at all (p at 0 or 1 and no spread between seeds): any effect is certain to show
+        return 1.0 if delta else float(alpha)
+    ncp = delta / se
     if test == "z":
         z = norm.ppf(1 - alpha / 2)
         return float(norm.cdf(ncp - z) + norm.cdf(-ncp - z))

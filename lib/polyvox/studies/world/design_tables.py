@@ -1,0 +1,199 @@
+"""What a run of the matched design (issue 21) did, read from its records for the chapter to print:
+
+- :func:`recipe_differences`: every field in which the two arms' RL runs differ, seed by seed, from the RL
+  manifests the runs wrote (not from the scale: what ran), and whether the arms are matched — the same
+  recipe in every field but the format and its reward (:data:`FORMAT_FIELDS`);
+- :func:`pilot_table`: the pilot's answer lengths, cap hits, format-valid rates and starting accuracies
+  per arm and level, the cap it derives and the caps the stages used;
+- :func:`cap_hits`: the share of answers cut by the cap in every stage (RL runs: the upper bound their step
+  logs allow; sampled stages: the count), against :data:`CAP_HIT_LIMIT`;
+- :func:`climb_design`: each hill-climb's band (both draws, the problems in both, Jaccard), its held-out
+  levels and the reasons the others were dropped, from the stage records;
+- :func:`commits`: the code commits every record of the run was made at;
+- :func:`spread` and :func:`power_table`: the between-seed spread of the run's own seeds and the designs
+  (seeds, held-out problems) :mod:`.power` derives from it, with each comparison's minimum detectable effect
+  at the run's size.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from . import layout, power
+from .run_tables import ARMS
+
+FORMAT_FIELDS = ("arm", "reward")  # the fields that name the format and its format reward
+PER_RUN_FIELDS = ("out", "init_adapter", "seed")  # differ by construction (each run its folder), not recipe
+CAP_HIT_LIMIT = 0.01  # issue 21: cap-hit rates stay below 1 % in every stage
+
+
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def stage_record(root: str | Path, stage: str, seed: int | None = None) -> dict:
+    """A stage's record: ``stage.json`` where the folder hosts a GRPO run (its manifest.json is GRPO's), else
+    ``manifest.json``."""
+    folder = Path(root) / (f"seed-{seed}/{stage}" if seed is not None else stage)
+    return _json(folder / "stage.json") if (folder / "stage.json").is_file() else _json(folder / "manifest.json")
+
+
+def recipe_differences(root: str | Path, seed_list) -> tuple[pd.DataFrame, bool]:
+    """(every differing field per seed: seed, field, panel, think; matched) from the two arms' RL manifests.
+    ``matched``: in every seed the arms differ in :data:`FORMAT_FIELDS` only."""
+    rows = []
+    for k in seed_list:
+        cfg = {a: _json(f / "manifest.json")["config"] for a, f in layout.rl_folders(root, k).items()}
+        for key in sorted(set(cfg["panel"]) | set(cfg["think"])):
+            if key in PER_RUN_FIELDS:
+                continue
+            a, b = cfg["panel"].get(key), cfg["think"].get(key)
+            if key == "stages":  # problems by id: a stage's problem list is the same set drawn with one seed
+                a = [(s["name"], s["steps"], s.get("problems")) for s in a]
+                b = [(s["name"], s["steps"], s.get("problems")) for s in b]
+            if a != b:
+                rows.append({"seed": k, "field": key, "panel": str(a), "think": str(b)})
+    df = pd.DataFrame(rows, columns=["seed", "field", "panel", "think"])
+    return df, set(df.field) <= set(FORMAT_FIELDS)
+
+
+def recipe(root: str | Path, seed: int) -> dict:
+    """The panel arm's RL config of one seed (the shared recipe, when :func:`recipe_differences` says matched)."""
+    return _json(layout.rl_folders(root, seed)["panel"] / "manifest.json")["config"]
+
+
+def pilot_table(root: str | Path) -> tuple[pd.DataFrame, dict]:
+    """Per arm and level: samples, starting accuracy with its Wilson interval, format-valid rate, lengths
+    (p50/p99/max) and cap-hit rate at the pilot's cap; and the summary (cap, derived cap, levels in range)."""
+    summary = _json(Path(root) / "pilot" / "summary.json")
+    rows = [{"arm": ARMS[arm], "level": lv, "samples": x["samples"], "accuracy": x["accuracy"],
+             "Wilson low": x["wilson"][0], "Wilson high": x["wilson"][1], "format valid": x["format_valid"],
+             "p50 tokens": x["lengths"]["p50"], "p99 tokens": x["lengths"]["p99"], "max tokens": x["lengths"]["max"],
+             "cap-hit rate": x["cap_hit_rate"]}
+            for arm, a in summary["arms"].items() for lv, x in a["levels"].items()]
+    return pd.DataFrame(rows), summary
+
+
+def _sampling_cap(rec: dict) -> int | None:
+    """The cap an RL, band or hill-climb stage sampled with (the first of its record's stage caps)."""
+    caps = rec.get("stage_caps") or {}
+    return next(iter(caps.values()), None)
+
+
+def cap_hits(root: str | Path, seed_list) -> pd.DataFrame:
+    """One row per stage run and arm: its cap, the share of answers cut (an upper bound for RL runs: the share
+    of steps whose longest completion reached the cap) and whether it is below :data:`CAP_HIT_LIMIT`."""
+    root = Path(root)
+    rows = []
+
+    def add(stage, seed, arm, cap, rate, kind, n):
+        rows.append({"stage": stage, "seed": seed, "arm": ARMS.get(arm, arm), "cap": cap, "cap-hit rate": rate,
+                     "measured as": kind, "of": n,
+                     "below 1 %": None if rate is None else bool(rate < CAP_HIT_LIMIT)})
+
+    for k in seed_list:
+        for st in ("rl-panel", "rl-think", "hillclimb-panel", "hillclimb-think"):
+            rec = stage_record(root, st, k)
+            h, arm = rec["cap_hits"], st.split("-")[1]
+            add(st.split("-")[0], k, arm, _sampling_cap(rec),
+                h["cap_hit_rate_upper_bound"], "steps with a completion at the cap", h["steps"])
+        rec = stage_record(root, "eval", k)
+        for key, h in rec["cap_hits"].items():
+            cap, arm = key.split("/")
+            add("eval", k, arm, int(cap.split("-")[1]), h["cap_hit_rate"], "samples", h["samples"])
+    for st in ("bands", "bands-redraw"):
+        if (root / st).is_dir():
+            rec = stage_record(root, st)
+            for arm, h in rec["cap_hits"].items():
+                add(st, None, arm, _sampling_cap(rec), h["cap_hit_rate"],
+                    "samples", h["samples"])
+    return pd.DataFrame(rows).astype({"seed": "Int64"})
+
+
+def climb_design(root: str | Path, seed_list) -> pd.DataFrame:
+    """Per hill-climb run: its band (first draw, second draw, in both, Jaccard), the problems it trained on and
+    its held-out levels, from the stage records."""
+    rows = []
+    for k in seed_list:
+        for arm in ARMS:
+            rec = stage_record(root, f"hillclimb-{arm}", k)
+            b = rec.get("band") or {}
+            rows.append({"arm": ARMS[arm], "seed": k, "band, first draw": b.get("first_draw"),
+                         "band, second draw": b.get("second_draw"), "in both": b.get("both"),
+                         "Jaccard": b.get("jaccard"), "trained on": rec.get("band_problems"),
+                         "held-out levels": ", ".join(rec.get("heldout_levels", [])),
+                         "levels dropped": "; ".join(f"{lv}: {why}" for lv, why in
+                                                     (rec.get("heldout_levels_dropped") or {}).items())})
+    return pd.DataFrame(rows)
+
+
+def commits(root: str | Path) -> dict[str, list[str]]:
+    """Each code commit the run's records were made at → the records (folders) made at it."""
+    root = Path(root)
+    out: dict[str, list[str]] = {}
+    for f in sorted(root.rglob("*.json")):
+        if f.name not in ("manifest.json", "stage.json"):
+            continue
+        c = _json(f).get("git_commit")
+        if c:
+            out.setdefault(c, []).append(str(f.parent.relative_to(root)))
+    return out
+
+
+def spread(root: str | Path, seed_list, cap: int) -> dict:
+    """The run's own between-seed spread (:func:`.power.between_sd`): each arm's evaluation accuracy at ``cap``
+    and each arm's hill-climb gain, with p and the samples each value rests on."""
+    from .analysis import load_eval, read_log
+
+    root = Path(root)
+    out = {}
+    evs = {k: load_eval(root, k, cap) for k in seed_list}
+    for sys_ in layout.SYSTEMS:
+        acc = {k: float(evs[k][sys_].correct.mean()) for k in seed_list}
+        n = min(len(evs[k][sys_]) for k in seed_list)
+        p = sum(acc.values()) / len(acc)
+        out[f"{sys_} accuracy"] = {"values": acc, "p": p, "samples": n,
+                                   "between_sd": power.between_sd(acc.values(), p * (1 - p) / n)
+                                   if len(acc) > 1 else None}
+    for arm in ARMS:
+        gains, starts = {}, []
+        cfg = _json(root / f"seed-{seed_list[0]}" / f"hillclimb-{arm}" / "manifest.json")["config"]
+        m = cfg["heldout_problems"] * cfg["heldout_samples"]
+        for k in seed_list:
+            t = read_log(root / f"seed-{k}" / f"hillclimb-{arm}", "heldout_trajectory.jsonl")[0]
+            gains[k] = float(t.heldout_mean.iloc[-1] - t.heldout_mean.iloc[0])
+            starts.append(float(t.heldout_mean.iloc[0]))
+        p = sum(starts) / len(starts)
+        out[f"{arm} climb gain"] = {"values": gains, "p": p, "samples": m,
+                                    "between_sd": power.between_sd(gains.values(), 2 * p * (1 - p) / m)
+                                    if len(gains) > 1 else None}
+    return out
+
+
+def power_table(root: str | Path, seed_list, cap: int) -> pd.DataFrame:
+    """Per comparison of the design (:mod:`.power`): the effect to detect, the spread and p measured on the
+    run's own seeds, the seeds and held-out problems 80 % power needs, what the run has, its power there and
+    its minimum detectable effect."""
+    sp = spread(root, seed_list, cap)
+    rows = []
+    arm_sd = [v["between_sd"] for key, v in sp.items() if key.endswith("accuracy") and v["between_sd"] is not None]
+    ev = sp[f"{layout.SYSTEMS[0]} accuracy"]
+    problems_eval = ev["samples"]  # samples of one seed's evaluation; problems × samples per problem
+    items = [("think − panel", power.arm_difference, max(arm_sd) if arm_sd else 0.0,
+              sum(v["p"] for k, v in sp.items() if k.endswith("accuracy")) / 2, problems_eval)]
+    for arm in ARMS:
+        v = sp[f"{arm} climb gain"]
+        items.append((f"hill-climb gain, {ARMS[arm]} arm", power.climb_gain, v["between_sd"] or 0.0, v["p"],
+                      v["samples"]))
+    for name, make, sd, p, n_samples in items:
+        c = make(p, sd, samples=1)
+        d = power.design(c)
+        have = len(seed_list)
+        rows.append({"comparison": name, "effect to detect": c.effect, "σ between seeds": sd, "p": p,
+                     "seeds needed": d.seeds, "samples needed": d.problems, "seeds run": have,
+                     "samples run": n_samples, "power at the run's size": power.power(c, have, n_samples)
+                     if have > 1 else None,
+                     "MDE at the run's size": power.mde(c, have, n_samples) if have > 1 else None})
+    return pd.DataFrame(rows)

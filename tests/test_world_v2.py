@@ -1,0 +1,160 @@
+"""Part IV redesigned (issue 21): matched arms, caps from a pilot, held-out levels that can move, power.
+
+Fast: what differs between the arms, the cap check, the level choice, the pilot's summary, the job graph
+the launcher runs, the power numbers against closed forms. Slow: the smoke scale end to end on CPU
+through the launcher (--parallel 2), about two minutes on 2 shared cores."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from polyvox import metrics
+from polyvox.studies.world import arms, pilot, power
+from polyvox.studies.world import pipeline as W
+
+
+def _summary(p99: dict, acc: dict, cap: int = 2048, hit: float = 0.0) -> dict:
+    arms_ = {arm: {"levels": {lv: {"accuracy": acc[arm][lv], "cap_hit_rate": hit,
+                                   "lengths": {"p50": v / 2, "p90": v * 0.9, "p99": v, "max": int(v) + 1}}
+                              for lv, v in p99[arm].items()}} for arm in p99}
+    s = {"cap": cap, "arms": arms_}
+    s["derived_cap"] = pilot.derive_cap(s)
+    return s
+
+
+LEVELS = {"1": 0.95, "3": 0.5, "olympiad": 0.05}
+SUMMARY = _summary({"panel": {"1": 120, "3": 300, "olympiad": 700.5}, "think": {"1": 150, "3": 420, "olympiad": 901}},
+                   {"panel": LEVELS, "think": {"1": 0.99, "3": 0.3, "olympiad": 0.25}})
+
+
+# ---------------------------------------------------------------- matched arms
+
+@pytest.mark.parametrize("scale", ["smoke", "h200-v2"])
+def test_the_arms_differ_only_in_format_and_its_reward(scale):
+    diff = arms.arm_differences(W.load_scale(scale))
+    assert [d.split(":")[0] for d in diff] == ["format", "format reward"]
+    assert "panel vs think" in diff[0] and "tags_valid" in diff[1] and "think_valid" in diff[1]
+
+
+def test_arm_differences_sees_a_recipe_that_is_not_matched(monkeypatch):
+    real = W._rl_config
+
+    def unmatched(out, s, seed, arm, folder, rl_stages, heldout, init=None):
+        cfg = real(out, s, seed, arm, folder, rl_stages, heldout, init)
+        if arm == "think":
+            cfg.learning_rate *= 2
+        return cfg
+
+    monkeypatch.setattr(W, "_rl_config", unmatched)
+    diff = arms.arm_differences(W.load_scale("smoke"))
+    assert any(d.startswith("learning_rate: 0.0002 vs 0.0004") for d in diff), diff
+
+
+def test_both_arms_start_from_tiny_base_by_one_recipe(tmp_path):
+    s = W.load_scale("smoke")
+    rl_stages, heldout = W._rl_stages(s)
+    cfgs = [W._rl_config(tmp_path, s, 0, arm, tmp_path / arm, rl_stages, heldout) for arm in W.ARMS]
+    assert {c.model for c in cfgs} == {str(tmp_path / "models" / "tiny-base")}
+    assert {(c.learning_rate, c.lora_rank, c.max_completion_length, c.group_size) for c in cfgs} == \
+        {(s["rl"]["lr"], s["rl"]["lora_rank"], s["sampling"]["max_tokens"], s["rl"]["group"])}
+
+
+# ---------------------------------------------------------------- caps from the pilot
+
+def test_the_cap_is_the_99th_percentile_rounded_up():
+    assert SUMMARY["derived_cap"] == 960  # 901 tokens (think, olympiad) → the next multiple of 64
+    assert pilot.derive_cap(_summary({"a": {"1": 64.0}}, {"a": {"1": 0.5}})) == 64
+
+
+def test_a_cap_below_the_pilot_is_refused_in_one_line():
+    s = {**W.load_scale("h200-v2"), "sampling": {"max_tokens": 512, "batch_size": 8, "dtype": "float32"}}
+    with pytest.raises(ValueError) as e:
+        pilot.check_caps(s, SUMMARY)
+    msg = str(e.value)
+    assert "\n" not in msg and "sampling.max_tokens" in msg and "512" in msg and "960" in msg and "think" in msg
+    pilot.check_caps({**s, "sampling": {**s["sampling"], "max_tokens": 1024}}, SUMMARY)  # eval.caps[0] 1024: fine
+    cut = _summary({"panel": {"1": 100}}, {"panel": {"1": 0.5}}, cap=128, hit=0.05)
+    assert "lower bound" in pilot.cap_problems(s, cut)[-1]
+
+
+def test_the_pipeline_refuses_a_scale_below_its_recorded_pilot_before_any_work(tmp_path):
+    s = {**W.load_scale("h200-v2"), "sampling": {"max_tokens": 256, "batch_size": 8, "dtype": "float32"}}
+    from polyvox import stages
+    from polyvox.records import write_manifest
+
+    write_manifest(tmp_path, kind=stages.KIND_WORLD, scale=s["name"], settings=stages.scale_settings(s))
+    (tmp_path / "pilot").mkdir()
+    (tmp_path / "pilot" / "summary.json").write_text(json.dumps(SUMMARY))
+    with pytest.raises(ValueError, match=r"max_tokens .* = 256 is below the pilot's 99th-percentile"):
+        W.check(tmp_path, s, ["rl-panel"])
+    W.check(tmp_path, s, ["models", "pilot"])  # the pilot itself may still run
+
+
+def test_the_pilot_summary_counts_lengths_cap_hits_and_wilson_intervals():
+    rows = [{"problem_id": f"w3-{i}", "metadata": {"level": 3}, "correct": i < 3, "completion_tokens": 10 * (i + 1),
+             "finish_reason": "length" if i == 9 else "stop",
+             "completion": "<think>x</think> \\boxed{1}" if i % 2 else "no"} for i in range(10)]
+    got = pilot.summarize_rows(rows, "think")["levels"]["3"]
+    assert got["samples"] == 10 and got["correct"] == 3 and got["accuracy"] == 0.3
+    assert got["wilson"] == list(metrics.wilson_interval(3, 10))
+    assert got["lengths"]["p50"] == 55 and got["lengths"]["max"] == 100 and got["cap_hit_rate"] == 0.1
+    assert got["format_valid"] == 0.5
+
+
+# ---------------------------------------------------------------- held-out levels that can move
+
+def test_held_out_levels_are_those_where_both_arms_start_between_20_and_80_percent():
+    chosen, dropped = pilot.pilot_levels(SUMMARY)
+    assert chosen == ["3"]
+    assert dropped == {"1": "panel starts at 95% > 80%; think starts at 99% > 80%",
+                       "olympiad": "panel starts at 5% < 20%"}
+    chosen, dropped = pilot.choose_levels({"panel": {"4": 0.5, "5": 0.2}, "think": {"4": 0.81}})
+    assert chosen == [] and dropped["5"] == "think: not measured" and dropped["4"] == "think starts at 81% > 80%"
+
+
+def test_climbs_train_on_the_band_of_both_draws(tmp_path):
+    def write(root, arm, bands):
+        (tmp_path / root / arm).mkdir(parents=True)
+        (tmp_path / root / arm / "per_problem.jsonl").write_text("".join(json.dumps(
+            {"uid": u, "source": "level-3", "n_samples": 8, "n_correct": 4 if b else 8,
+             "band": "variance_band" if b else "all_one"}) + "\n" for u, b in bands.items()))
+
+    write("bands", "panel", {"a": 1, "b": 1, "c": 1, "d": 0})
+    write("bands-redraw", "panel", {"a": 1, "b": 0, "c": 1, "d": 1})
+    both, stability = W.stable_band(tmp_path, "panel")
+    assert both == ["a", "c"] and stability == {"first_draw": 3, "second_draw": 3, "both": 2, "jaccard": 0.5}
+
+
+# ---------------------------------------------------------------- the job graph --parallel runs
+
+def test_every_stage_declares_what_it_reads(tmp_path):
+    graph = dict(W.pipeline(tmp_path, W.load_scale("smoke")).graph())
+    assert graph["pilot"] == ("models",)
+    assert graph["seed-1/rl-think"] == ("models", "pilot")  # every seed's RL runs at once after the pilot
+    assert set(graph["seed-1/eval"]) == {"models", "pilot", "seed-1/rl-panel", "seed-1/rl-think"}
+    assert set(graph["bands-redraw"]) == {"models", "pilot", "seed-0/rl-panel", "seed-0/rl-think"}
+    assert set(graph["seed-1/hillclimb-think"]) == {"models", "pilot", "bands", "bands-redraw", "seed-0/rl-think"}
+
+
+# ---------------------------------------------------------------- power
+
+@pytest.mark.slow
+def test_the_smoke_scale_runs_every_new_stage_through_the_launcher(tmp_path):
+    out = W.run(tmp_path / "w", "smoke", parallel=2, gpus=None)
+    s = W.load_scale("smoke")
+    summary = json.loads((out / "pilot" / "summary.json").read_text())
+    assert summary["cap"] == max(s["eval"]["caps"]) and set(summary["arms"]) == {"panel", "think"}
+    assert set(summary["arms"]["think"]["levels"]) == {"1", "2", "3", "4", "5", "olympiad"}
+    for k in s["seeds"]:
+        for arm in W.ARMS:
+            rec = json.loads((out / f"seed-{k}/rl-{arm}/stage.json").read_text())
+            assert rec["status"] == "complete" and "steps_at_cap" in rec["cap_hits"]
+            climb = json.loads((out / f"seed-{k}/hillclimb-{arm}/stage.json").read_text())
+            assert climb["heldout_levels"] and "both" in climb["band"]
+            assert json.loads((out / f"seed-{k}/rl-{arm}/manifest.json").read_text())["config"]["model"].endswith(
+                "models/tiny-base")
+        ev = json.loads((out / f"seed-{k}/eval/manifest.json").read_text())
+        assert {f"cap-{s['eval']['caps'][0]}/{a}" for a in W.ARMS} <= set(ev["cap_hits"])
+    assert json.loads((out / "manifest.json").read_text())["status"] == "stages complete"
