@@ -161,8 +161,10 @@ def test_a_generating_chapter_runs_its_pipeline_inside_out(repo, chapter, extra)
     assert '"ename"' not in executed
     if chapter == "world/replication":  # every stage ran: the sweep's evaluations and the hill-climbs
         assert "a new run at scale" in executed
-        assert (repo / out / "run/seed-0/eval/cap-32/tiny-panel/graded.jsonl").exists()
+        assert (repo / out / "run/seed-0/eval/cap-32/panel/graded.jsonl").exists()  # the matched design's layout
+        assert (repo / out / "run/pilot/summary.json").exists() and (repo / out / "run/seed-1/rl-think").is_dir()
         assert (repo / out / "run/seed-1/hillclimb-think/heldout_trajectory.jsonl").exists()
+        assert "Matched arms: yes." in executed and "The pilot." in executed  # the design section read the run
 
 
 def test_nothing_was_written_into_the_real_repository(repo, real_repo_before):

@@ -206,17 +206,24 @@ def _world(root: Path) -> list[Finding]:
     cap every seed shares, and the hill-climb gain per arm with the chapter's collapse rule. Intervals are
     the chapter's bootstrap over seeds, then problems (or held-out samples within their level), inside
     the range the quantity allows; a null carries its minimum detectable effect; the wording is the
-    comparison's own (``Comparison.verdict``)."""
+    comparison's own (``Comparison.verdict``). "Matched" is said only of a run of the matched design whose two
+    arms' RL manifests differ in the format and its reward alone (``design_tables.recipe_differences``)."""
     from ..studies.world import analysis as W
+
+    from ..studies.world import design_tables as D, layout
 
     w = root / "data" / "runs" / "world"
     seeds = W.seeds(w)
     t = W.tests(w, seeds)
+    matched = t["design"] == layout.MATCHED and D.recipe_differences(w, seeds)[1]
     fam, (small, large) = t["tests"], (t["caps"][0], t["caps"][-1])
     big, little = fam[W.cap_key(large)], (fam[W.cap_key(small)] if small != large else None)
     words = ("tiny-think higher", "tiny-panel higher", "no difference distinguishable across seeds")
-    out = [Finding("world", "The panel format against a thinking model under matched training (the study's "
-                   "comparison confounded format with post-training)", "miniature only",
+    title = ("The panel format against a thinking model under matched training (the study's comparison confounded "
+             "format with post-training)" if matched else
+             "The panel format against a thinking model, not matched (tiny-panel an RL LoRA, tiny-think a supervised "
+             "fine-tune: format confounded with training, as in the study)")
+    out = [Finding("world", title, "miniature only",
                    f"at the largest cap ({large} tokens), think − panel {W.points(*big.interval)} over {len(seeds)} seeds "
                    f"({W.ACROSS}): **{big.verdict(*words)}** — {big.seeds_sentence()}"
                    + (f". At {small} tokens: {W.points(*little.interval)}, {little.verdict(*words)}" if little else ""),
@@ -276,7 +283,10 @@ def overview(root: Path) -> str:
     seeds = W.seeds(world)
     caps = W.caps(world, W.sweep_seed({k: W.caps(world, k) for k in seeds}))
     params = json.loads((data / "models" / "tiny-base" / "card.json").read_text())["parameters"]
-    rl = W.manifest(world / f"seed-{seeds[0]}" / "panel-rl")["config"]
+    from ..studies.world import design_tables as D, layout
+
+    rl = W.manifest(layout.rl_folders(world, seeds[0])["panel"])["config"]
+    matched = layout.of(world) == layout.MATCHED and D.recipe_differences(world, seeds)[1]
     return "\n".join([
         "The book studies three published systems:", "",
         f"1. **A panel of experts trained by RL** (Part I): {PUBLISHED['panel']}"
@@ -295,7 +305,9 @@ def overview(root: Path) -> str:
         "state by hand-offs; the study's published table, a miniature with accuracy *and* cost against every "
         "baseline, and an audit of which answer its headline scores.", "",
         "Part IV, **a miniature replication**, runs the whole panel study — pretraining a base model, RL into the panel "
-        "format, the thinking comparison, variance bands, RL on the band for *both* arms — on "
+        + ("format and, by the same recipe, into the thinking format (matched arms, computed from the RL manifests), "
+           if matched else "format, the thinking comparison (against a supervised fine-tune: not matched), ")
+        + "variance bands, RL on the band for *both* arms — on "
         f"{params / 1e6:.1f}-million-parameter models this project trains on arithmetic word problems it generates, "
         f"with the same library code, {len(seeds)} RL seeds (rank-{rl['lora_rank']} LoRA, as the study's) and a "
         f"token-cap sweep ({', '.join(map(str, caps))} tokens), and reads the recorded runs.", ""])

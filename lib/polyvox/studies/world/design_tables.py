@@ -191,9 +191,11 @@ def power_table(root: str | Path, seed_list, cap: int) -> pd.DataFrame:
         c = make(p, sd, samples=1)
         d = power.design(c)
         have = len(seed_list)
+        # no variance at all (every outcome 0 or 1 and no spread between seeds): power and MDE say nothing
+        estimable = have > 1 and (sd > 0 or 0 < p < 1)
         rows.append({"comparison": name, "effect to detect": c.effect, "σ between seeds": sd, "p": p,
-                     "seeds needed": d.seeds, "samples needed": d.problems, "seeds run": have,
-                     "samples run": n_samples, "power at the run's size": power.power(c, have, n_samples)
-                     if have > 1 else None,
-                     "MDE at the run's size": power.mde(c, have, n_samples) if have > 1 else None})
+                     "seeds needed": d.seeds if estimable else None, "samples needed": d.problems if estimable else None,
+                     "seeds run": have, "samples run": n_samples,
+                     "power at the run's size": power.power(c, have, n_samples) if estimable else None,
+                     "MDE at the run's size": power.mde(c, have, n_samples) if estimable else None})
     return pd.DataFrame(rows)

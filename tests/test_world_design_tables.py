@@ -1,0 +1,95 @@
+"""Part IV's design tables (issue 21, items 1, 2, 4, 6), from records written here: what differs between the arms
+(from the RL manifests, not the scale), cap hits against 1 %, the commits behind the records, and the power table's
+refusal to claim power where nothing varies. The chapter on a generated run of the matched design is
+tests/test_rerun.py's world test; the layouts are tests/test_folders.py's."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from polyvox.studies.world import design_tables as D
+from polyvox.studies.world import layout
+
+RECIPE = {"arm": "panel", "learning_rate": 5e-4, "lora_rank": 32, "lora_alpha": 64, "group_size": 8,
+          "prompts_per_step": 8, "max_completion_length": 1024, "heldout_problems": 100, "heldout_samples": 4,
+          "stages": [{"name": "easy", "steps": 100, "problems": 1200}, {"name": "hard", "steps": 100, "problems": 1800}],
+          "reward": "default", "tag_coef": 0.2, "out": "x", "init_adapter": None, "seed": 0}
+
+
+def _write(path, obj):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj))
+
+
+def _run(tmp_path, think_changes=None, commits=("aaa", "aaa")):
+    root = tmp_path / "run"
+    (root / "pilot").mkdir(parents=True)
+    for k, commit in zip((0, 1), commits):
+        for arm in ("panel", "think"):
+            cfg = {**RECIPE, "arm": arm, "out": f"seed-{k}/rl-{arm}", "seed": k,
+                   **((think_changes or {}) if arm == "think" else {})}
+            _write(root / f"seed-{k}/rl-{arm}/manifest.json", {"config": cfg, "git_commit": commit})
+            _write(root / f"seed-{k}/rl-{arm}/stage.json",
+                   {"git_commit": commit, "stage_caps": {"sampling.max_tokens": 1024, "eval.caps[0]": 1024},
+                    "cap_hits": {"steps": 200, "steps_at_cap": 4 if arm == "think" else 0,
+                                 "cap_hit_rate_upper_bound": 0.02 if arm == "think" else 0.0}})
+            _write(root / f"seed-{k}/hillclimb-{arm}/stage.json",
+                   {"git_commit": commit, "stage_caps": {"sampling.max_tokens": 1024},
+                    "cap_hits": {"steps": 100, "steps_at_cap": 0, "cap_hit_rate_upper_bound": 0.0},
+                    "band": {"first_draw": 10, "second_draw": 12, "both": 6, "jaccard": 0.375}, "band_problems": 6,
+                    "heldout_levels": ["olympiad"], "heldout_levels_dropped": {"3": "panel starts at 96% > 80%"}})
+        _write(root / f"seed-{k}/eval/manifest.json",
+               {"git_commit": commit, "cap_hits": {"cap-1024/panel": {"samples": 4800, "cap_hit_rate": 0.0},
+                                                   "cap-1024/think": {"samples": 4800, "cap_hit_rate": 18 / 4800}}})
+    return root
+
+
+def test_matched_arms_differ_in_the_format_alone(tmp_path):
+    root = _run(tmp_path)
+    assert layout.of(root) == layout.MATCHED
+    diffs, matched = D.recipe_differences(root, [0, 1])
+    assert matched and diffs.field.tolist() == ["arm", "arm"] and diffs.think.tolist() == ["think", "think"]
+
+
+@pytest.mark.parametrize("change, field", [({"learning_rate": 1e-3}, "learning_rate"),
+                                           ({"max_completion_length": 512}, "max_completion_length"),
+                                           ({"stages": [{"name": "easy", "steps": 60, "problems": 1200},
+                                                        {"name": "hard", "steps": 100, "problems": 1800}]}, "stages"),
+                                           ({"lora_rank": 16}, "lora_rank")])
+def test_any_other_difference_unmatches_the_arms(tmp_path, change, field):
+    diffs, matched = D.recipe_differences(_run(tmp_path, change), [0, 1])
+    assert not matched and field in set(diffs.field) and "arm" in set(diffs.field)
+
+
+def test_cap_hits_are_read_per_stage_and_checked_against_one_percent(tmp_path):
+    hits = D.cap_hits(_run(tmp_path), [0, 1])
+    assert len(hits) == 2 * (4 + 2)  # per seed: rl × 2, hill-climb × 2, eval × 2 arms
+    over = hits[hits["below 1 %"] == False]  # noqa: E712
+    assert set(zip(over.stage, over.arm)) == {("rl", "thinking")}  # 4 of 200 steps at the cap: an upper bound of 2 %
+    ev = hits[(hits.stage == "eval") & (hits.arm == "thinking")].iloc[0]
+    assert ev["cap-hit rate"] == pytest.approx(0.00375) and bool(ev["below 1 %"]) and ev["cap"] == 1024
+
+
+def test_climb_design_and_commits_come_from_the_records(tmp_path):
+    root = _run(tmp_path, commits=("aaa", "bbb"))
+    climbs = D.climb_design(root, [0, 1])
+    assert climbs["in both"].tolist() == [6] * 4 and climbs["held-out levels"].unique().tolist() == ["olympiad"]
+    assert climbs["levels dropped"].iloc[0] == "3: panel starts at 96% > 80%"
+    made = D.commits(root)
+    assert set(made) == {"aaa", "bbb"} and "seed-0/rl-panel" in made["aaa"] and "seed-1/eval" in made["bbb"]
+
+
+def test_power_is_not_claimed_where_nothing_varies(monkeypatch):
+    flat = {"tiny-panel accuracy": {"p": 0.0, "samples": 36, "between_sd": 0.0},
+            "tiny-think accuracy": {"p": 0.0, "samples": 36, "between_sd": 0.0},
+            "panel climb gain": {"p": 0.0, "samples": 8, "between_sd": 0.0},
+            "think climb gain": {"p": 0.0, "samples": 8, "between_sd": 0.0}}
+    monkeypatch.setattr(D, "spread", lambda root, seeds, cap: flat)
+    table = D.power_table("unused", [0, 1], 48)
+    assert table["MDE at the run's size"].isna().all() and table["seeds needed"].isna().all()
+    moving = {k: {**v, "p": 0.6, "between_sd": 0.015} for k, v in flat.items()}
+    monkeypatch.setattr(D, "spread", lambda root, seeds, cap: moving)
+    table = D.power_table("unused", [0, 1, 2, 3, 4], 48).set_index("comparison")
+    assert table.loc["think − panel", "seeds needed"] >= 5
+    assert 0 < table.loc["think − panel", "MDE at the run's size"] < 1
