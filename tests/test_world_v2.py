@@ -158,3 +158,32 @@ def test_the_smoke_scale_runs_every_new_stage_through_the_launcher(tmp_path):
         ev = json.loads((out / f"seed-{k}/eval/manifest.json").read_text())
         assert {f"cap-{s['eval']['caps'][0]}/{a}" for a in W.ARMS} <= set(ev["cap_hits"])
     assert json.loads((out / "manifest.json").read_text())["status"] == "stages complete"
+
+
+@pytest.mark.slow
+def test_h200_v2_caps_fit_tiny_base_positions(root):
+    """Every prompt h200-v2 samples (pilot and evaluation at the largest cap, pool and held-out sets at the sampling
+    cap), in both formats, plus its cap stays within tiny-base's positions: the backend refuses past them, and a
+    refusal found on the GPU costs device time."""
+    from transformers import AutoTokenizer
+
+    from polyvox import formats
+    from polyvox.tasks import load as load_task
+
+    s = W.load_scale("h200-v2")
+    tok = AutoTokenizer.from_pretrained(root / "data/models/tiny-base")
+    positions = json.loads((root / "data/models/tiny-base/config.json").read_text())["max_position_embeddings"]
+    big, cap = max(s["eval"]["caps"]), s["sampling"]["max_tokens"]
+    sets = [("pilot", W.EVAL_LEVELS, s["eval"]["per_level"], "test", big),
+            ("eval", W.EVAL_LEVELS, s["eval"]["per_level"], "test", big),
+            ("pool", W.POOL_LEVELS, s["bands"]["pool_per_level"], "train", cap),
+            ("climb-heldout", W.POOL_LEVELS, s["rl"]["heldout_per_level"], "test", cap),
+            ("rl-heldout", (1, 2, 3, 4, 5), s["rl"]["rl_heldout_per_level"], "test", cap)]
+    longest = {}
+    for name, levels, per_level, split, c in sets:
+        texts = [p.text for p in load_task("world", **W.problem_set(s, name, levels, per_level, split))]
+        for fmt in W.ARMS:
+            n = max(len(tok(formats.build_prompt(fmt, t, tok).text)["input_ids"]) for t in texts)
+            longest[(name, fmt)] = n
+            assert n + c <= positions, f"{name} {fmt}: {n} prompt tokens + cap {c} > {positions}"
+    assert max(longest.values()) + big <= positions

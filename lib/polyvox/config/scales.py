@@ -34,6 +34,10 @@ class WorldRL(Strict):
     lr: Rate
     heldout_per_level: Pos
     heldout_samples: Pos
+    # the matched RL's held-out problems per level (default heldout_per_level, which the climbs use) and how often a
+    # hill-climb evaluates (default eval_every): the matched RL's held-out set only monitors training
+    rl_heldout_per_level: Pos = None  # type: ignore[assignment]
+    climb_eval_every: Pos = None  # type: ignore[assignment]
 
 
 class WorldSampling(Strict):

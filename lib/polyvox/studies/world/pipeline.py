@@ -96,15 +96,21 @@ def build_models(out: Path, s: dict, seed: int = 0) -> None:
           think_steps=m["think_steps"])
 
 
-def _rl_config(out: Path, s: dict, seed: int, arm: str, folder: Path, rl_stages, heldout, init=None) -> grpo.RLConfig:
-    """One recipe for both arms: only ``arm`` (the format and its format reward) and the folders differ."""
+def _rl_config(out: Path, s: dict, seed: int, arm: str, folder: Path, rl_stages, heldout, init=None,
+               climb: bool = False) -> grpo.RLConfig:
+    """One recipe for both arms: only ``arm`` (the format and its format reward) and the folders differ.
+
+    ``rl.climb_eval_every`` (default ``rl.eval_every``): how often a hill-climb evaluates its held-out set (a
+    held-out evaluation of the matched RL costs more completions than a training step, so the scale may space
+    those out more than the climbs')."""
     r = s["rl"]
+    every = r.get("climb_eval_every", r["eval_every"]) if climb else r["eval_every"]
     return grpo.RLConfig(model=str(out / "models" / "tiny-base"), arm=arm, out=str(folder),
                          init_adapter=str(init) if init else None,
                          stages=rl_stages, lora_rank=r["lora_rank"], lora_alpha=2 * r["lora_rank"],
                          group_size=r["group"], prompts_per_step=r["prompts"],
                          max_completion_length=s["sampling"]["max_tokens"],
-                         eval_every=r["eval_every"], heldout=heldout, heldout_samples=r["heldout_samples"],
+                         eval_every=every, heldout=heldout, heldout_samples=r["heldout_samples"],
                          learning_rate=r["lr"], save_every=1000, seed=seed)
 
 
@@ -112,7 +118,8 @@ def _rl_stages(s: dict) -> tuple[list, list]:
     n = s["models"]["n_per_level"] // 10
     easy = load_task("world", **problem_set(s, "rl-easy", (1, 2), n, "train"))
     hard = load_task("world", **problem_set(s, "rl-hard", (3, 4, 5), n, "train"))
-    heldout = load_task("world", **problem_set(s, "rl-heldout", (1, 2, 3, 4, 5), s["rl"]["heldout_per_level"], "test"))
+    per_level = s["rl"].get("rl_heldout_per_level", s["rl"]["heldout_per_level"])  # the climbs' is heldout_per_level
+    heldout = load_task("world", **problem_set(s, "rl-heldout", (1, 2, 3, 4, 5), per_level, "test"))
     steps = s["rl"]["stage_steps"]
     return [grpo.Stage("easy", easy, steps[0]), grpo.Stage("hard", hard, steps[1])], heldout
 
@@ -287,7 +294,8 @@ def hillclimb(out: Path, s: dict, arm: str, seed: int = 0) -> dict:
     heldout = load_task("world", **problem_set(s, "climb-heldout", chosen, s["rl"]["heldout_per_level"], "test"))
     init = _seed_dir(out, s["seeds"][0]) / f"rl-{arm}" / "easy" / "adapter"
     grpo.train(_rl_config(out, s, seed, arm, folder,
-                          [grpo.Stage("band", [pool[i] for i in ids], s["rl"]["climb_steps"])], heldout, init))
+                          [grpo.Stage("band", [pool[i] for i in ids], s["rl"]["climb_steps"])], heldout, init,
+                          climb=True))
     return {**checked, "band": stability, "band_problems": len(ids), "heldout_levels": levels,
             "heldout_levels_dropped": dropped, "cap_hits": _pilot.rl_cap_hits(folder, s["sampling"]["max_tokens"])}
 
