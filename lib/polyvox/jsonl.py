@@ -6,11 +6,17 @@ past Python's digit limit, lone UTF-16 surrogates, and anything but a regular fi
 hang, ``/dev/zero`` would fill memory). Writing refuses the same before a byte is written, and
 appends each batch with one ``write``, then flush and fsync: a run killed mid-write leaves at most
 one torn last line, which :func:`repair_truncated_tail` cuts (never rewriting the file).
+
+A finished record may be *stored* gzipped, as ``<name>.gz`` beside where ``<name>`` would be (the
+recorded runs the repository ships: trained tiny models repeat themselves, and their samples compress
+about 30×). Readers take either (:func:`stored` finds the one on disk; :func:`iter_jsonl` reads a ``.gz``
+whole, refusing a damaged one in one line); writers only ever append to plain files.
 :mod:`polyvox.records` builds typed records on these functions and re-exports them.
 """
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 import math
 import os
@@ -114,16 +120,46 @@ def _check_regular_file(path: Path, what: str) -> None:
         raise RecordError(path, None, f"is {kind}, not a regular {what} file; polyvox reads only regular files")
 
 
+GZ = ".gz"
+
+
+def stored(path: os.PathLike | str) -> Path:
+    """Where the record ``path`` is on disk: ``path`` itself, else its gzipped copy ``path.gz`` when only that
+    exists (a shipped record), else ``path`` (missing: the caller's read says so)."""
+    path = Path(path)
+    if path.suffix != GZ and not os.path.lexists(path):
+        gz = path.with_name(path.name + GZ)
+        if os.path.lexists(gz):
+            return gz
+    return path
+
+
+def exists(path: os.PathLike | str) -> bool:
+    """Whether the record ``path`` is on disk, plain or stored gzipped (:func:`stored`)."""
+    return stored(path).is_file()
+
+
+def _read_bytes(path: Path) -> bytes:
+    with path.open("rb") as fh:
+        raw = fh.read()
+    if path.suffix != GZ:
+        return raw
+    try:
+        return gzip.decompress(raw)
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:  # not gzip, or a stream cut short
+        raise RecordError(path, None, f"not a readable gzip file ({type(exc).__name__}: {exc})") from None
+
+
 def iter_jsonl(path: os.PathLike | str, tolerate_truncated_tail: bool = False) -> Iterator[tuple[int, Any]]:
     """Yield (line_number, object) for each non-blank line; bad JSON raises RecordError.
 
-    Refused, with file and line: anything but a regular file (checked before it is opened), a
+    ``path`` may be stored gzipped (:func:`stored`: ``path.gz`` is read when ``path`` is not there). Refused,
+    with file and line: anything but a regular file (checked before it is opened), a damaged gzip file, a
     duplicate key in an object, a number that is not finite (``1e400``) or an integer too long to
     convert."""
-    path = Path(path)
+    path = stored(path)
     _check_regular_file(path, "JSONL")
-    with path.open("rb") as fh:
-        raw = fh.read()
+    raw = _read_bytes(path)
     try:
         lines = raw.decode("utf-8").split("\n")
     except UnicodeDecodeError as exc:

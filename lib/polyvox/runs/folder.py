@@ -66,9 +66,11 @@ def _run_folder(run) -> Path:
 
 
 def is_run(folder) -> bool:
-    """Whether folder holds a run: manifest.json and rollouts.jsonl or graded.jsonl."""
+    """Whether folder holds a run: manifest.json and rollouts.jsonl or graded.jsonl (either stored gzipped)."""
+    from ..jsonl import exists
+
     folder = Path(folder)
-    return (folder / MANIFEST).is_file() and ((folder / ROLLOUTS).is_file() or (folder / GRADED).is_file())
+    return (folder / MANIFEST).is_file() and (exists(folder / ROLLOUTS) or exists(folder / GRADED))
 
 
 def find_runs(path) -> list[Path]:

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import tasks
+from ..jsonl import exists as jsonl_exists
 from ..records import GradedSample, RecordError, Sample, read_jsonl, read_manifest
 from .folder import GRADED, MANIFEST, ROLLOUTS
 
@@ -45,7 +46,7 @@ def load(run: str | Path) -> Run:
     settings = manifest.get("settings")
     if not isinstance(settings, dict) or "task" not in settings:
         raise RecordError(folder / MANIFEST, None, "no run settings (task, format): not a polyvox run folder")
-    graded = (folder / GRADED).exists()
+    graded = jsonl_exists(folder / GRADED)
     path = folder / (GRADED if graded else ROLLOUTS)
     samples = read_jsonl(path, GradedSample if graded else Sample)
     if graded:
@@ -61,7 +62,7 @@ def _check_graded(folder: Path, manifest: dict, graded: list) -> None:
     A folder of grades alone (some shipped runs: graded.jsonl, no rollouts, no grading section) has
     nothing to be stale against and is read as it is."""
     path, rollouts = folder / GRADED, folder / ROLLOUTS
-    if not rollouts.exists():
+    if not jsonl_exists(rollouts):
         return
     if manifest and isinstance(manifest.get("settings"), dict) and not isinstance(manifest.get("grading"), dict):
         raise RecordError(path, None, "the manifest records no grading of rollouts.jsonl: these grades are "
