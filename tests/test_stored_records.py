@@ -66,3 +66,57 @@ def test_a_run_folder_with_gzipped_grades_is_a_run(root, tmp_path):
     got, want = runs.graded_samples(run), runs.graded_samples(src)
     assert got.equals(want) and len(got) > 0
     assert runs.load(run).graded and len(runs.load(run).samples) == len(want)
+
+
+# ---------------------------------------------------------------- shipping a recorded run
+
+def _recorded(tmp_path, root):
+    src = tmp_path / "src"
+    ev = src / "seed-0/eval/cap-256/panel"
+    ev.mkdir(parents=True)
+    real = root / "data/runs/world/seed-0/eval/cap-256/tiny-panel"
+    shutil.copy(real / "manifest.json", ev / "manifest.json")
+    shutil.copy(real / "graded.jsonl", ev / "graded.jsonl")  # ~1 MB: stored gzipped
+    (ev / "rollouts.jsonl").write_text("{}\n")  # beside its grades: left out
+    (ev / ".lock").write_text("")
+    ad = src / "seed-0/rl-panel/hard/adapter"
+    ad.mkdir(parents=True)
+    (ad / "adapter_model.safetensors").write_bytes(b"w" * 100)
+    (ad / "adapter_config.json").write_text("{}")
+    (src / "seed-0/rl-panel/checkpoint-5").mkdir()
+    (src / "seed-0/rl-panel/checkpoint-5/optimizer.pt").write_bytes(b"x")
+    (src / "seed-0/rl-panel/train_log.jsonl").write_text('{"step": 1}\n')  # small: copied as it is
+    return src, ev
+
+
+def test_ship_keeps_records_stores_large_ones_gzipped_and_leaves_weights(tmp_path, root):
+    from polyvox import ship
+
+    src, ev = _recorded(tmp_path, root)
+    r = ship.ship(src, tmp_path / "dest")
+    dest = tmp_path / "dest"
+    assert {p for p, _ in r["gzip"]} == {"seed-0/eval/cap-256/panel/graded.jsonl"}
+    left = {p for p, _ in r["leave"]}
+    assert left == {"seed-0/eval/cap-256/panel/rollouts.jsonl", "seed-0/eval/cap-256/panel/.lock",
+                    "seed-0/rl-panel/hard/adapter/adapter_model.safetensors", "seed-0/rl-panel/checkpoint-5/optimizer.pt"}
+    shipped = dest / "seed-0/eval/cap-256/panel"
+    assert (shipped / "graded.jsonl.gz").stat().st_size * 10 < (ev / "graded.jsonl").stat().st_size
+    real = root / "data/runs/world/seed-0/eval/cap-256/tiny-panel"  # what src's graded.jsonl was copied from
+    assert runs.graded_samples(shipped).equals(runs.graded_samples(real))
+    assert (dest / "seed-0/rl-panel/train_log.jsonl").read_text() == '{"step": 1}\n'
+    assert (dest / "seed-0/rl-panel/hard/adapter/adapter_config.json").exists()
+    with pytest.raises(ValueError, match="already exists"):
+        ship.ship(src, dest)
+    kept = ship.ship(src, tmp_path / "dest2", keep_weights=["seed-0/rl-*/hard/adapter/*"])
+    assert "seed-0/rl-panel/hard/adapter/adapter_model.safetensors" in {p for p, _ in kept["copy"]}
+    assert not (tmp_path / "dest2.tmp").exists()
+
+
+def test_ship_refuses_a_link_and_says_so_in_one_line(tmp_path, root, capsys):
+    from polyvox import ship
+
+    src, _ = _recorded(tmp_path, root)
+    (src / "elsewhere").symlink_to(tmp_path)
+    assert ship.main([str(src), str(tmp_path / "dest")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "symbolic link" in err and "\n" not in err and not (tmp_path / "dest").exists()

@@ -187,3 +187,24 @@ def test_h200_v2_caps_fit_tiny_base_positions(root):
             longest[(name, fmt)] = n
             assert n + c <= positions, f"{name} {fmt}: {n} prompt tokens + cap {c} > {positions}"
     assert max(longest.values()) + big <= positions
+
+
+@pytest.mark.slow
+def test_a_shipped_matched_run_reads_as_the_run_itself(tmp_path):
+    """polyvox.ship of a smoke run of the matched design (every JSONL stored gzipped, weights and rollouts left out):
+    the chapter's analysis and design tables give the same numbers on the shipped copy."""
+    from polyvox import ship
+    from polyvox.studies.world import analysis as A
+    from polyvox.studies.world import design_tables as D
+
+    out = W.run(tmp_path / "w", "smoke")
+    shipped = tmp_path / "shipped"
+    r = ship.ship(out, shipped, gzip_over=0)
+    assert r["gzip"] and not list(shipped.rglob("*.safetensors")) and not list(shipped.rglob("rollouts.jsonl*"))
+    seeds = A.seeds(out)
+    a, b = A.tests(out, seeds, 200, 200), A.tests(shipped, seeds, 200, 200)
+    assert A.family_table(a["tests"]).equals(A.family_table(b["tests"]))
+    assert D.cap_hits(out, seeds).equals(D.cap_hits(shipped, seeds))
+    assert D.recipe_differences(out, seeds)[0].equals(D.recipe_differences(shipped, seeds)[0])
+    cap = A.common_caps(out, seeds)[0]
+    assert D.power_table(out, seeds, cap).equals(D.power_table(shipped, seeds, cap))
