@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # The recorded H200 runs: Part IV (benches, world) and the miniatures of Parts II and III.
-# Usage: scripts/record_h200.sh OUTDIR [benches|world|personas|collab] [seconds]
+# Usage: scripts/record_h200.sh OUTDIR [benches|world|world-v2|personas|collab] [seconds]
 #   benches  -> bench/results/{sampling,rl}-h200.json  (BENCH_OUT=DIR writes them there instead;
 #               BENCH_ONLY=sampling or rl runs one; wheels in .whl/ — trl, datasets, dill,
 #               multiprocess, which the machine's image lacks — are installed to /tmp/site first)
-#   world    -> polyvox world run --scale h200     (recorded in data/runs/world)
+#   world    -> polyvox world run --scale h200     (the panel-only recording in data/runs/world; the pipeline
+#               now refuses to add to it: world-v2 replaces it)
+#   world-v2 -> polyvox world run --scale h200-v2 --parallel ${PARALLEL:-10} --mps, the models stage copied from
+#               data/models (their record data/runs/world/models has h200-v2's models settings), every seed of
+#               both arms at once; run it from one commit's tree with POLYVOX_GIT_COMMIT set, so that every record
+#               names one commit; then `python -m polyvox.ship OUTDIR data/runs/world-v2` keeps the records
 #   personas -> polyvox personas run --scale h200  (recorded in data/runs/personas-h200)
 #   collab   -> polyvox collab run --scale h200    (recorded in data/runs/collab-h200, models in data/models/collab-h200)
 # Runs are resumable: a second call continues where the first stopped (same OUTDIR).
@@ -27,8 +32,12 @@ case "$what" in
       python3 bench/rl_step.py --sizes 128,512 --baseline-sizes 128 --rounds 3 --steps-per-round 3 \
         --out "$dest/rl-h200.json" 2>&1 | grep --line-buffered -v -i warning
     fi ;;
+  world-v2)
+    timeout "$budget" python3 -m polyvox.cli world run --out "$out" --scale h200-v2 \
+      --models-from data/models data/runs/world/models --parallel "${PARALLEL:-10}" --mps 2>&1 | quiet | tail -30
+    echo "world-v2 run exit: ${PIPESTATUS[0]}" ;;
   world|personas|collab)
     timeout "$budget" python3 -m polyvox.cli "$what" run --out "$out" --scale h200 2>&1 | quiet | tail -30
     echo "$what run exit: ${PIPESTATUS[0]}" ;;
-  *) echo "usage: $0 OUTDIR [benches|world|personas|collab] [seconds]" >&2; exit 2 ;;
+  *) echo "usage: $0 OUTDIR [benches|world|world-v2|personas|collab] [seconds]" >&2; exit 2 ;;
 esac

@@ -208,3 +208,33 @@ def test_a_shipped_matched_run_reads_as_the_run_itself(tmp_path):
     assert D.recipe_differences(out, seeds)[0].equals(D.recipe_differences(shipped, seeds)[0])
     cap = A.common_caps(out, seeds)[0]
     assert D.power_table(out, seeds, cap).equals(D.power_table(shipped, seeds, cap))
+
+
+# ---------------------------------------------------------------- models seeded from the shipped ones
+
+def test_the_shipped_models_seed_h200_v2_but_no_other_models_settings(root, tmp_path):
+    s = W.load_scale("h200-v2")
+    models, record = root / "data/models", root / "data/runs/world/models"
+    assert W.models_source_problems(s, models, record) == []  # h200-v2 keeps the recorded models settings
+    smoke = W.load_scale("smoke")
+    said = W.models_source_problems(smoke, models, record)
+    assert len(said) == 1 and "other models settings" in said[0] and "hidden" in said[0]
+    other = {**s, "models": {**s["models"], "think_steps": 61}}
+    assert "think_steps" in W.models_source_problems(other, models, record)[0]
+    with pytest.raises(ValueError, match="other models settings"):  # before any stage runs
+        W.check(tmp_path / "w", smoke, ["models"], models_from=(models, record))
+    W.check(tmp_path / "w", s, ["models"], models_from=(models, record))
+
+
+def test_seeded_models_are_the_models_stage_of_the_run(root, tmp_path):
+    """The models stage of a scale whose models settings the record shares, done by copying (smoke scale with the
+    shipped record's models section, so that the copy is the only work); the record says where they came from."""
+    s = {**W.load_scale("smoke"), "models": dict(W.load_scale("h200-v2")["models"])}
+    out = tmp_path / "w"
+    W.pipeline(out, s, models_from=(root / "data/models", root / "data/runs/world/models")).run(["models"])
+    rec = json.loads((out / "models/manifest.json").read_text())
+    assert rec["status"] == "complete" and rec["settings"]["models"] == s["models"]
+    assert rec["seeded_from"]["git_commit"].startswith("e02ae25") and rec["seeded_from"]["record"].endswith("world/models")
+    for m in W.MODELS:
+        assert (out / "models" / m / "model.safetensors").read_bytes() == (root / "data/models" / m / "model.safetensors").read_bytes()
+    assert W.pipeline(out, s).state(W.pipeline(out, s).stage_at("models")) == "done"  # a later run skips it

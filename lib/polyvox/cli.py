@@ -6,7 +6,7 @@
     polyvox merge SHARD_DIR ... --out DIR
     polyvox grade DIR [--data-dir D] [--workers N] [--max-ungradable F]
     polyvox explore RUN [--out FILE.ipynb] [--force]
-    polyvox world run --out DIR [--scale smoke|h200] [--stages models,panel-rl,…] [--seeds …]
+    polyvox world run --out DIR [--scale smoke|h200-v2] [--stages models,pilot,rl-panel,…] [--seeds …]
     polyvox rl --config FILE.yaml
     polyvox personas run --scale S --out DIR;  polyvox judge plan|run|tally …
     polyvox collab run --scale S --out DIR
@@ -150,7 +150,7 @@ def _cmd_world(args) -> int:
     from .studies.world.pipeline import STAGES, run
 
     run(args.out, args.scale, args.stages or STAGES, seeds=args.seeds, parallel=args.parallel, gpus=args.gpus,
-        mps=args.mps)
+        mps=args.mps, models_from=args.models_from)
     print(f"world runs: {args.out}")
     return 0
 
@@ -249,11 +249,15 @@ def build_parser() -> argparse.ArgumentParser:
     w = sub.add_parser("world", help="the miniature replication: models, panel RL, evaluations, bands, hill-climbs")
     w.add_argument("action", choices=["run"])
     w.add_argument("--out", required=True)
-    w.add_argument("--scale", default="smoke", help="a scale in configs/world/ (smoke, h200) or a YAML path")
+    w.add_argument("--scale", default="smoke", help="a scale in configs/world/ (smoke; h200-v2: the matched design on one H200) or a YAML path")
     w.add_argument("--stages", type=config.names(_world_stages, "stage"),
-                   help="comma-separated subset of models,panel-rl,eval,bands,bands-redraw,hillclimb-panel,"
-                        "hillclimb-think")
+                   help="comma-separated subset of models,pilot,rl-panel,rl-think,eval,bands,bands-redraw,"
+                        "hillclimb-panel,hillclimb-think")
     w.add_argument("--seeds", type=config.integer(0), nargs="+", help="RL seeds to run (default: the scale's seeds)")
+    w.add_argument("--models-from", nargs=2, metavar=("MODELS", "RECORD"),
+                   help="copy tiny-base and tiny-think from MODELS (e.g. data/models) instead of training them, when "
+                        "the models stage record in RECORD (e.g. data/runs/world/models) has this scale's models "
+                        "settings")
     launch.add_arguments(w)
     w.set_defaults(func=_cmd_world)
 

@@ -42,6 +42,7 @@ recording, whose folder this pipeline refuses to add to: :mod:`.layout`), read b
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from ... import launch, metrics, runs, stages
@@ -85,6 +86,57 @@ def _world(levels, per_level: int, seed: int, split: str) -> dict:
 def problem_set(s: dict, name: str, levels, per_level: int, split: str) -> dict:
     """The task options of the problem set ``name`` (its seed: problems_seed + SEED_OFFSETS[name])."""
     return _world(levels, per_level, s["problems_seed"] + SEED_OFFSETS[name], split)
+
+
+MODELS = ("tiny-base", "tiny-think")
+CARD_FIELDS = {"hidden": "hidden", "layers": "layers"}  # card field -> models section field (the card's vocab is the trained size)
+
+
+def models_source_problems(s: dict, source: str | Path, record: str | Path) -> list[str]:
+    """Why the trained models in ``source`` (``tiny-base/``, ``tiny-think/``), recorded by the models stage whose
+    folder is ``record``, are not this scale's models stage: one line each (empty when they are: the record's
+    models settings equal the scale's, and each model's card agrees)."""
+    source, record = Path(source), Path(record)
+    try:
+        rec = read_manifest(record)
+    except (RecordError, ValueError) as exc:
+        return [f"{record}: {exc}"]
+    if rec.get("stage") != "models" or rec.get("status") != "complete":
+        return [f"{record}: not a complete models stage record (stage {rec.get('stage')!r}, status {rec.get('status')!r})"]
+    theirs = (rec.get("settings") or {}).get("models")
+    if theirs != s["models"]:
+        diff = sorted(k for k in set(theirs or {}) | set(s["models"]) if (theirs or {}).get(k) != s["models"].get(k))
+        return [f"{record}: recorded with other models settings than scale {s['name']!r} ({', '.join(diff)})"]
+    out = []
+    for m in MODELS:
+        card_path = source / m / "card.json"
+        if not (source / m / "model.safetensors").is_file() or not card_path.is_file():
+            out.append(f"{source / m}: no model.safetensors and card.json")
+            continue
+        card = json.loads(card_path.read_text())
+        steps = s["models"]["base_steps" if m == "tiny-base" else "think_steps"]
+        bad = [f"{k} {card.get(k)} ≠ {s['models'][v]}" for k, v in CARD_FIELDS.items() if card.get(k) != s["models"][v]]
+        bad += [f"steps {card.get('steps')} ≠ {steps}"] if card.get("steps") != steps else []
+        if bad:
+            out.append(f"{card_path}: not this scale's model ({'; '.join(bad)})")
+    return out
+
+
+def seed_models(out: Path, s: dict, source: str | Path, record: str | Path) -> dict:
+    """The models stage done by copying models already trained with this scale's models settings (the shipped
+    ones) instead of training them again; the stage record says where they came from (``seeded_from``)."""
+    problems = models_source_problems(s, source, record)
+    if problems:
+        raise ValueError(problems[0])
+    rec = read_manifest(Path(record))
+    for m in MODELS:
+        tmp = out / "models" / f"{m}.tmp"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        shutil.copytree(Path(source) / m, tmp)
+        tmp.rename(out / "models" / m)
+    return {"seeded_from": {"models": str(source), "record": str(record), "git_commit": rec.get("git_commit"),
+                            "finished": rec.get("finished"), "versions": rec.get("versions")}}
 
 
 def build_models(out: Path, s: dict, seed: int = 0) -> None:
@@ -325,8 +377,10 @@ def _reads(out: Path, s: dict, stage: str, seed: int) -> tuple[Path, ...]:
             "hillclimb-panel": base + both + firsts[:1], "hillclimb-think": base + both + firsts[1:]}[stage]
 
 
-def _work(out: Path, s: dict, stage: str, seed: int):
+def _work(out: Path, s: dict, stage: str, seed: int, models_from=None):
     def work():  # looked up when the stage runs (tests replace them)
+        if stage == "models" and models_from is not None:
+            return seed_models(out, s, *models_from)
         fns = {"models": build_models, "pilot": run_pilot, "rl-panel": lambda o, x, k: rl(o, x, "panel", k),
                "rl-think": lambda o, x, k: rl(o, x, "think", k), "eval": evaluate, "bands": bands,
                "bands-redraw": bands_redraw, "hillclimb-panel": lambda o, x, k: hillclimb(o, x, "panel", k),
@@ -335,11 +389,11 @@ def _work(out: Path, s: dict, stage: str, seed: int):
     return work
 
 
-def _stage(out: Path, s: dict, stage: str, seed: int) -> stages.Stage:
+def _stage(out: Path, s: dict, stage: str, seed: int, models_from=None) -> stages.Stage:
     # a stage run once (models, pilot, bands) records no seed; the bands sample with the scale's first seed
     extra = {"pilot": pilot_settings(s)} if stage == "pilot" else {}
     settings = stages.settings_of(s, *SECTIONS[stage], seed=seed if stage in PER_SEED else None, **extra)
-    return stages.Stage(stage, stage_folder(out, stage, seed), settings, _work(out, s, stage, seed),
+    return stages.Stage(stage, stage_folder(out, stage, seed), settings, _work(out, s, stage, seed, models_from),
                         _reads(out, s, stage, seed), hosts=KIND_RL if stage in RL_STAGES else None)
 
 
@@ -360,11 +414,16 @@ def _seeds(s: dict, seeds) -> list[int]:
     return seeds
 
 
-def pipeline(out: str | Path, s: dict, seeds=None) -> stages.Pipeline:
+def pipeline(out: str | Path, s: dict, seeds=None, models_from=None) -> stages.Pipeline:
     """The world pipeline of scale ``s`` over ``seeds`` (default: the scale's), seed by seed, so that an
     interrupted run leaves whole seeds behind: models and pilot, then per seed both arms' RL and their
-    evaluation, the bands after the first seed's, then the hill-climbs."""
+    evaluation, the bands after the first seed's, then the hill-climbs.
+
+    ``models_from``: (models folder, models stage record folder): the models stage copies models trained with
+    this scale's models settings (:func:`seed_models`; refused in one line before any stage runs otherwise)."""
     out, seeds = Path(out), _seeds(s, seeds)
+    if models_from is not None:
+        models_from = tuple(str(x) for x in models_from)
     first = s["seeds"][0]
     order = [("models", first), ("pilot", first)]
     for k in seeds:
@@ -382,32 +441,40 @@ def pipeline(out: str | Path, s: dict, seeds=None) -> stages.Pipeline:
     def design(todo) -> None:  # a folder of the earlier panel-only design takes no stage of this one
         _layout.refuse_other(out)
 
+    def seeded(todo) -> None:  # models to copy must be this scale's
+        if models_from is not None and "models" in todo:
+            problems = models_source_problems(s, *models_from)
+            if problems:
+                raise ValueError(problems[0])
+
     def caps(todo) -> None:  # a pilot already run: a scale whose caps are below it is refused before any work
         summary = read_pilot(out)
         if summary is not None and not plumbing_only(s) and set(todo) - {"models", "pilot"}:
             _pilot.check_caps(s, summary)
 
     # more seeds may be added to a scale (new seed folders): its seeds change no recorded output
-    return stages.Pipeline(stages.KIND_WORLD, out, s, [_stage(out, s, st, k) for st, k in order], STAGES,
-                           recognise=_recognise, ignore=("seeds",), checks=[design, first_seed, caps], root={"seeds": seeds})
+    return stages.Pipeline(stages.KIND_WORLD, out, s, [_stage(out, s, st, k, models_from) for st, k in order], STAGES,
+                           recognise=_recognise, ignore=("seeds",), checks=[design, seeded, first_seed, caps], root={"seeds": seeds})
 
 
-def check(out: str | Path, s: dict, todo=STAGES, seeds=None) -> None:
+def check(out: str | Path, s: dict, todo=STAGES, seeds=None, models_from=None) -> None:
     """Read-only: every folder a run of scale ``s`` over the stages ``todo`` and ``seeds`` writes may take it."""
-    pipeline(out, s, seeds).check(todo)
+    pipeline(out, s, seeds, models_from).check(todo)
 
 
 def run(out: str | Path, scale: str | Path = "smoke", todo=STAGES, seeds=None, parallel: int | None = None,
-        gpus: list[str] | None = None, mps: bool = False) -> Path:
+        gpus: list[str] | None = None, mps: bool = False, models_from=None) -> Path:
     """Run the stages ``todo`` into out/, seed by seed, skipping those already complete (resumable).
 
     ``parallel``: run the stages as a job graph, that many worker processes per GPU at once
     (:mod:`polyvox.launch`; under ``torchrun`` each rank takes its share on its own GPU)."""
     s = load_scale(scale)
-    p = pipeline(out, s, seeds)
+    models_from = None if models_from is None else [str(x) for x in models_from]  # JSON for the launcher's workers
+    p = pipeline(out, s, seeds, models_from)
     if parallel is None:
         p.run(todo)
     else:
-        launch.run_pipeline(p, todo, f"{__name__}:pipeline", {"out": str(out), "s": s, "seeds": seeds},
+        launch.run_pipeline(p, todo, f"{__name__}:pipeline", {"out": str(out), "s": s, "seeds": seeds,
+                                                               "models_from": models_from},
                             per_gpu=parallel, gpus=gpus, mps=mps)
     return Path(out)
