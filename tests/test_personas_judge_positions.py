@@ -12,6 +12,35 @@ from polyvox.studies.personas import judging as J
 from polyvox.studies.personas import pipeline as P
 
 
+@pytest.fixture(scope="module", autouse=True)
+def once_per_process():
+    """The h200-v2 world's modelled judge calls (1,792 prompts, each answer tokenized; seconds) and a judge
+    tokenizer (trained from its settings; seconds) are made once per settings in this module, not once per test:
+    the same functions, memoised, so the fixture and the checks (``modelled_refusal``, the pipeline's ``check``)
+    read what each would compute. Keyed by the whole scale and the whole judge settings: a test that changes a
+    setting (the small max_positions below) gets its own."""
+    import json
+
+    calls, toks = {}, {}
+    real_calls, real_tok = J.modelled_calls, M.tokenizer_for
+
+    def modelled_calls(s):
+        key = json.dumps(s, sort_keys=True, default=str)
+        if key not in calls:
+            calls[key] = real_calls(s)
+        return list(calls[key])  # Calls are frozen; a new list each time, as the function gives
+
+    def tokenizer_for(settings):
+        if settings not in toks:
+            toks[settings] = real_tok(settings)
+        return toks[settings]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(J, "modelled_calls", modelled_calls)
+        mp.setattr(M, "tokenizer_for", tokenizer_for)
+        yield
+
+
 @pytest.fixture(scope="module")
 def v2():
     return P.load_scale("h200-v2")
