@@ -146,12 +146,40 @@ def verdicts_folder(judge_) -> str:
     return getattr(judge_, "verdicts_folder", "judge")
 
 
+_OUTCOMES: dict[tuple, pd.DataFrame] = {}  # outcomes already read in this process, by what they were read from
+_OUTCOMES_MAX = 512
+
+
+def _digest(path: Path) -> str | None:
+    """sha256 of a file's bytes; None when there is no such file."""
+    import hashlib
+
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
 def outcomes(run: str | Path, a: str, b: str, judge_) -> pd.DataFrame:
     """Per-prompt outcomes of A (``systems/<file>.jsonl:<system>``, relative to ``run``) against B,
     read from the run's cache of ``judge_``'s verdicts (no new calls): ``judge/`` for the scale's judge, the
-    judge's own ``verdicts_folder`` for a recorded one (:func:`verdicts_folder`)."""
+    judge's own ``verdicts_folder`` for a recorded one (:func:`verdicts_folder`).
+
+    Read once per process for the same inputs (the chapter reads a comparison up to four times, and each read
+    parses the whole verdicts file): remembered by the bytes of both systems files and of the verdicts file
+    (their sha256), the specs and the judge's identity, so a changed file is read again; a new frame each call."""
     run = Path(run)
-    return judge.outcomes(str(run / a), str(run / b), run / verdicts_folder(judge_), judge_)
+    a_spec, b_spec, folder = str(run / a), str(run / b), run / verdicts_folder(judge_)
+    files = [_digest(Path(spec.rpartition(":")[0])) for spec in (a_spec, b_spec)]
+    if None in files:  # not a readable FILE:SYSTEM: read as given (polyvox.judge says why it fails)
+        return judge.outcomes(a_spec, b_spec, folder, judge_)
+    key = (a_spec, b_spec, str(folder), folder.is_dir(), _digest(folder / judge.VERDICTS), *files,
+           json.dumps(judge_.identity(), sort_keys=True, default=str))
+    if key not in _OUTCOMES:
+        if len(_OUTCOMES) >= _OUTCOMES_MAX:
+            _OUTCOMES.pop(next(iter(_OUTCOMES)))
+        _OUTCOMES[key] = judge.outcomes(a_spec, b_spec, folder, judge_)
+    return _OUTCOMES[key].copy()
 
 
 def summarize(df: pd.DataFrame, n_boot: int = 1000, groups: str | None = None) -> dict:
