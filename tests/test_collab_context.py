@@ -170,9 +170,14 @@ def test_h200_ordered_seq_len_covers_training_and_evaluation():
     # under the recorded 192 the PD rows were cut: most of big's, and every CL context at the last turn passes it
     assert models.length_summary(lengths["pd big"], 192)["past_seq_len"] > 0.5
     assert models.length_summary(lengths["eval cl"], 192)["past_seq_len"] == 1
-    # nothing the models stage trains on is refused at this seq_len
+    # nothing the models stage trains on is refused at this seq_len: its rows are the base and PD rows measured
+    # above (past_seq_len 0 each, the refuse rule); the longest pair of each, found by those lengths, is that long
+    # and passes refuse (rather than tokenizing all 3,300 + PD pairs again: seconds)
     ex = sft_examples(train, seed=s["data"]["seed"], slip=s["pd"]["slip"])
-    models.chat_rows(tok, models.solo_pairs(train) + [p for a in pipeline.AGENTS for p in ex[a]], m["seq_len"],
-                     "refuse")
+    for name, pairs in [("base", models.solo_pairs(train)), *((f"pd {a}", ex[a]) for a in pipeline.AGENTS)]:
+        assert len(pairs) == len(lengths[name]), name
+        i = max(range(len(pairs)), key=lengths[name].__getitem__)
+        (ids, _), = models.chat_rows(tok, [pairs[i]], m["seq_len"], "refuse")
+        assert len(ids) == lengths[name][i], name
     # the budgets still rise with size (tokens = steps × batch × seq_len, one seq_len for all)
     assert models.check_budgets(s) is None

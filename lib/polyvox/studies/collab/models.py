@@ -246,9 +246,13 @@ def context_lengths(s: dict, tok, train: list, test: list, windows: list[list[di
     ex = sft_examples(train, seed=s["data"]["seed"], slip=s["pd"]["slip"])
     ex["homo"] = [pair for a in agents for pair in ex[a]]
     out = {"base": [len(ids) for ids, _ in chat_rows(tok, solo_pairs(train), 10 ** 9)]}
-    for a, pairs in ex.items():
-        out[f"pd {a}"] = [len(ids) for ids, _ in chat_rows(tok, pairs, 10 ** 9)]
-    out["rl"] = [n + s["rl"]["max_tokens"] for ids, n in chat_rows(tok, ex["homo"], 10 ** 9)]
+    # each pair's row once: homo's pairs are the three roles' pairs in order, and rl reads homo's rows (chat_rows
+    # renders and tokenizes every pair on its own, so the rows of a concatenation are the concatenated rows)
+    rows = {a: chat_rows(tok, ex[a], 10 ** 9) for a in agents}
+    rows["homo"] = [row for a in agents for row in rows[a]]
+    for a in ex:
+        out[f"pd {a}"] = [len(ids) for ids, _ in rows[a]]
+    out["rl"] = [n + s["rl"]["max_tokens"] for ids, n in rows["homo"]]
     e = s["eval"]
     out["eval solo"] = [prompt_length(tok, p.text) + e["max_tokens"] for p in test]
     shown = min(inspect.signature(Scheduler).parameters["history_window"].default, e["t_max"] - 1)
