@@ -5,6 +5,7 @@ start and calculations, a QA question's chain of facts) belongs to one of train 
 stable hash (QA: by its person), training draws from train only, and the test and validation sets hold each
 underlying problem of their partition once — independent units for McNemar's power computation. The
 recorded scales (smoke, cpu, h200) draw exactly what they drew before. No model is trained here."""
+import copy
 import hashlib
 import json
 import random
@@ -181,10 +182,16 @@ def test_the_validation_split_is_seeded_checked_and_recorded(ordered):
     s, test, train, val = ordered["s"], ordered["test"], ordered["train"], ordered["validation"]
     assert [p.id for p in models.validation_problems(s, test, train)] == [p.id for p in val]
     assert [p.id for p in pipeline.problems(s, "test")] == [p.id for p in test]  # seeded
+    # the overlap checks, on the same scale with smaller held-out counts (the same draw and checks; each draw of
+    # the full validation set takes seconds): its validation set passed as the test set, or inside training
+    small = copy.deepcopy(s)
+    small["eval"].update(world_per_level=20, qa_n=6)
+    small_val = models.validation_problems(small, test, train)
+    assert 0 < len(small_val) < len(val) and {T.underlying_split(p) for p in small_val} == {"validation"}
     with pytest.raises(ValueError, match="share an underlying problem with the test set"):
-        models.validation_problems(s, val, train)
+        models.validation_problems(small, small_val, train)
     with pytest.raises(ValueError, match="share an underlying problem with the training set"):
-        models.validation_problems(s, test, val[:5])
+        models.validation_problems(small, test, small_val[:5])
 
 
 def test_split_by_is_typed_and_optional(tmp_path):
