@@ -550,7 +550,9 @@ def test_world_pipeline_killed_in_every_stage_resumes_to_the_same_records(tmp_pa
     zygote.run(argv + [ref])
     seed = out / "seed-0"
     points = [("models", _exists(out / "models" / "tiny-base" / "config.json"), 0.0),
-              ("panel-rl", _exists(seed / "panel-rl" / "manifest.json"), 0.5),
+              ("pilot", _exists(out / "pilot" / "think" / "samples" / "rollouts.jsonl"), 0.0),
+              ("rl-panel", _exists(seed / "rl-panel" / "manifest.json"), 0.5),
+              ("rl-think", _exists(seed / "rl-think" / "manifest.json"), 0.5),
               ("eval", _glob(seed / "eval", "cap-*/*/rollouts.jsonl", 1), 0.0),
               ("bands", _exists(out / "bands" / "panel" / "samples" / "rollouts.jsonl"), 0.0),
               ("bands-redraw", _exists(out / "bands-redraw" / "think" / "samples" / "manifest.json"), 0.0),
@@ -558,7 +560,7 @@ def test_world_pipeline_killed_in_every_stage_resumes_to_the_same_records(tmp_pa
               ("hillclimb-think", _exists(seed / "hillclimb-think" / "manifest.json"), 0.2)]
     reached = kill_and_resume(zygote, argv + [out], points)
     print(reached)
-    assert sum(r.startswith("killed") for r in reached) >= 6, reached
+    assert sum(r.startswith("killed") for r in reached) >= 7, reached
     assert_same_records(out, ref)
     assert read_manifest(out)["kind"] == "world pipeline"
     assert_no_machine_path(out, tmp_path, root)

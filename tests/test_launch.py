@@ -125,13 +125,13 @@ def _polyvox(*args, env=None, launcher=()):
 def _logs(folder: Path, seeds) -> dict:
     drop = ("time_s", "fastgen_refresh_s", "fastgen_generate_s")
     return {k: [{x: v for x, v in json.loads(line).items() if x not in drop}
-                for line in (folder / f"seed-{k}/panel-rl/train_log.jsonl").read_text().splitlines()] for k in seeds}
+                for line in (folder / f"seed-{k}/rl-panel/train_log.jsonl").read_text().splitlines()] for k in seeds}
 
 
 @pytest.mark.slow
 def test_world_grid_in_parallel_writes_the_records_of_the_sequential_run(tmp_path):
     scale = _scale(tmp_path)
-    args = ["world", "run", "--scale", str(scale), "--stages", "models,panel-rl", "--seeds", "0", "1"]
+    args = ["world", "run", "--scale", str(scale), "--stages", "models,rl-panel", "--seeds", "0", "1"]
     seq = _polyvox(*args, "--out", str(tmp_path / "seq"), env={"OMP_NUM_THREADS": "1"})
     par = _polyvox(*args, "--out", str(tmp_path / "par"), "--parallel", "2", env={"OMP_NUM_THREADS": "1"})
     assert seq.returncode == 0, seq.stderr[-2000:]
@@ -149,7 +149,7 @@ def test_world_grid_in_parallel_writes_the_records_of_the_sequential_run(tmp_pat
 @pytest.mark.slow
 def test_world_grid_over_two_ranks_under_torchrun(tmp_path):
     scale = _scale(tmp_path)
-    run = _polyvox("world", "run", "--scale", str(scale), "--stages", "models,panel-rl", "--seeds", "0", "1",
+    run = _polyvox("world", "run", "--scale", str(scale), "--stages", "models,rl-panel", "--seeds", "0", "1",
                    "--out", str(tmp_path / "two"), "--parallel", "1",
                    launcher=(sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                              "--master_port", "29517"),
@@ -158,8 +158,8 @@ def test_world_grid_over_two_ranks_under_torchrun(tmp_path):
     assert "terminate called" not in run.stderr  # every rank left its process group before exiting
     ranks = [json.loads((tmp_path / f"two/launch/rank-{r}.json").read_text()) for r in (0, 1)]
     names = [[j["name"] for j in r["jobs"]] for r in ranks]
-    # positions ≡ rank (mod 2) of models, seed-0/panel-rl, seed-1/panel-rl
-    assert names == [["models", "seed-1/panel-rl"], ["seed-0/panel-rl"]]
+    # positions ≡ rank (mod 2) of models, seed-0/rl-panel, seed-1/rl-panel
+    assert names == [["models", "seed-1/rl-panel"], ["seed-0/rl-panel"]]
     assert all(j["status"] == "complete" for r in ranks for j in r["jobs"])
     assert json.loads((tmp_path / "two/manifest.json").read_text())["status"] == "stages complete"
     assert _logs(tmp_path / "two", (0, 1))[1]

@@ -149,19 +149,20 @@ def test_every_world_manifest_has_one_writer(tmp_path, monkeypatch):
     monkeypatch.setattr(W, "build_models", lambda out, s, seed=0: (out / "models" / "tiny-base").mkdir(parents=True))
     monkeypatch.setattr(W, "evaluate", lambda out, s, seed=0: fake_samples(out, s, seed, None))
     monkeypatch.setattr(W, "bands", fake_samples)
+    monkeypatch.setattr(W, "run_pilot", lambda out, s, seed=0: fake_samples(out, s, seed, "pilot"))
     writers = Writers(monkeypatch)
     W.run(tmp_path / "w", "smoke")
     assert writers.by_path, "no manifest written"
     several = {p: w for p, w in writers.by_path.items() if len(w) > 1}
     assert not several, several
-    rl = tmp_path / "w" / "seed-0" / "panel-rl"
+    rl = tmp_path / "w" / "seed-0" / "rl-panel"
     assert read_manifest(rl)["status"] == "complete" and "settings" not in read_manifest(rl)
     assert writers.by_path[str(rl / "manifest.json")] == {"test_stages.py:fake_grpo"}
     assert writers.by_path[str(rl / stages.STAGE_RECORD)] == {"stages.py:write"}
     record = json.loads((rl / stages.STAGE_RECORD).read_text())
-    assert record["status"] == "complete" and set(record["settings"]["inputs"]) == {"models"}
+    assert record["status"] == "complete" and set(record["settings"]["inputs"]) == {"models", "pilot"}
     climb = json.loads((tmp_path / "w" / "seed-1" / "hillclimb-panel" / stages.STAGE_RECORD).read_text())
-    assert set(climb["settings"]["inputs"]) == {"models", "bands", "seed-0/panel-rl"}
+    assert set(climb["settings"]["inputs"]) == {"models", "pilot", "bands", "bands-redraw", "seed-0/rl-panel"}
     before = {p: Path(p).read_bytes() for p in writers.by_path if "seed-" in p}
     W.run(tmp_path / "w", "smoke")  # a rerun skips every stage: no stage record or run manifest rewritten
     assert {p: Path(p).read_bytes() for p in before} == before
