@@ -317,3 +317,17 @@ def test_the_recorded_family_and_the_findings_rows():
     assert re.search(r"no change larger than \d+\.\d points", text)  # the panel arm's null, with its MDE
     for lo, hi in re.findall(r"interval ([-+]\d+\.\d) to ([-+]\d+\.\d)", text):
         assert -100 <= float(lo) <= float(hi) <= 100
+
+
+def test_level_room_flags_ceilings_and_floors_on_the_shipped_run():
+    """At 1,024 tokens on the shipped recording: each level's accuracy over the seeds, a level where both systems
+    are above 95 % (or below 5 %) said to have no room; the rule on made-up accuracies through the same function."""
+    room = W.level_room(WORLD, [0, 1, 2], 1024)
+    assert list(room.index)[-1] == "all" and set(room.columns) >= {"tiny-panel", "tiny-think", "can move", "why"}
+    for lv, r in room.iterrows():
+        both_high = r["tiny-panel"] > 0.95 and r["tiny-think"] > 0.95
+        both_low = r["tiny-panel"] < 0.05 and r["tiny-think"] < 0.05
+        assert r["can move"] == (not (both_high or both_low))
+        assert (r["why"] == "") == r["can move"]
+    narrow = W.level_room(WORLD, [0], 1024, room=(0.0, 0.5))  # a ceiling at 50 %: every level above it is stuck
+    assert (~narrow["can move"]).sum() >= 1 and narrow.loc[~narrow["can move"], "why"].str.contains("above 50%").all()

@@ -6,12 +6,11 @@ through the launcher (--parallel 2), about two minutes on 2 shared cores."""
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 
 from polyvox import metrics
-from polyvox.studies.world import arms, pilot, power
+from polyvox.studies.world import arms, pilot
 from polyvox.studies.world import pipeline as W
 
 
@@ -140,9 +139,29 @@ def test_every_stage_declares_what_it_reads(tmp_path):
 
 # ---------------------------------------------------------------- power
 
+def _shipped_reads_as_the_run(out, shipped):
+    from polyvox import ship
+    from polyvox.studies.world import analysis as A
+    from polyvox.studies.world import design_tables as D
+
+    r = ship.ship(out, shipped, gzip_over=0)
+    assert r["gzip"] and not list(shipped.rglob("*.safetensors")) and not list(shipped.rglob("rollouts.jsonl*"))
+    seeds = A.seeds(out)
+    a, b = A.tests(out, seeds, 200, 200), A.tests(shipped, seeds, 200, 200)
+    assert A.family_table(a["tests"]).equals(A.family_table(b["tests"]))
+    assert D.cap_hits(out, seeds).equals(D.cap_hits(shipped, seeds))
+    assert D.recipe_differences(out, seeds)[0].equals(D.recipe_differences(shipped, seeds)[0])
+    cap = A.common_caps(out, seeds)[0]
+    assert D.power_table(out, seeds, cap).equals(D.power_table(shipped, seeds, cap))
+    assert A.level_room(out, seeds, cap).equals(A.level_room(shipped, seeds, cap))
+
+
 @pytest.mark.slow
-def test_the_smoke_scale_runs_every_new_stage_through_the_launcher(tmp_path):
+def test_the_smoke_scale_runs_every_new_stage_through_the_launcher_and_ships(tmp_path):
+    """The smoke scale through the launcher (--parallel 2); then polyvox.ship of that run (every JSONL stored gzipped,
+    weights and rollouts left out) gives the chapter's analysis and design tables the same numbers."""
     out = W.run(tmp_path / "w", "smoke", parallel=2, gpus=None)
+    _shipped_reads_as_the_run(out, tmp_path / "shipped")
     s = W.load_scale("smoke")
     summary = json.loads((out / "pilot" / "summary.json").read_text())
     assert summary["cap"] == max(s["eval"]["caps"]) and set(summary["arms"]) == {"panel", "think"}
@@ -187,27 +206,6 @@ def test_h200_v2_caps_fit_tiny_base_positions(root):
             longest[(name, fmt)] = n
             assert n + c <= positions, f"{name} {fmt}: {n} prompt tokens + cap {c} > {positions}"
     assert max(longest.values()) + big <= positions
-
-
-@pytest.mark.slow
-def test_a_shipped_matched_run_reads_as_the_run_itself(tmp_path):
-    """polyvox.ship of a smoke run of the matched design (every JSONL stored gzipped, weights and rollouts left out):
-    the chapter's analysis and design tables give the same numbers on the shipped copy."""
-    from polyvox import ship
-    from polyvox.studies.world import analysis as A
-    from polyvox.studies.world import design_tables as D
-
-    out = W.run(tmp_path / "w", "smoke")
-    shipped = tmp_path / "shipped"
-    r = ship.ship(out, shipped, gzip_over=0)
-    assert r["gzip"] and not list(shipped.rglob("*.safetensors")) and not list(shipped.rglob("rollouts.jsonl*"))
-    seeds = A.seeds(out)
-    a, b = A.tests(out, seeds, 200, 200), A.tests(shipped, seeds, 200, 200)
-    assert A.family_table(a["tests"]).equals(A.family_table(b["tests"]))
-    assert D.cap_hits(out, seeds).equals(D.cap_hits(shipped, seeds))
-    assert D.recipe_differences(out, seeds)[0].equals(D.recipe_differences(shipped, seeds)[0])
-    cap = A.common_caps(out, seeds)[0]
-    assert D.power_table(out, seeds, cap).equals(D.power_table(shipped, seeds, cap))
 
 
 # ---------------------------------------------------------------- models seeded from the shipped ones

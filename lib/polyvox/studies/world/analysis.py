@@ -29,6 +29,7 @@ import pandas as pd
 from ... import metrics
 from . import inference as I
 from . import layout
+from .logs import COLLAPSE_WINDOW, collapse, collapse_step, read_log  # noqa: F401 - for the chapter
 from .inference import ALPHA, POWER, Comparison, Interval, Units, family_table  # noqa: F401 - for the chapter
 from .run_tables import (ARMS, VERSION_KEYS, band_stability, bands, dead_levels, environment,  # noqa: F401
                          records)
@@ -65,35 +66,6 @@ def sweep_seed(caps_by_seed: dict[int, list[int]]) -> int:
     return max(caps_by_seed, key=lambda k: len(caps_by_seed[k]))
 
 
-def _split_attempts(rows: list[dict]) -> list[list[dict]]:
-    parts: list[list[dict]] = [[]]
-    for r in rows:
-        if parts[-1] and r["step"] < parts[-1][-1]["step"]:
-            parts.append([])
-        parts[-1].append(r)
-    return [p for p in parts if p]
-
-
-def read_log(folder: str | Path, name: str) -> tuple[pd.DataFrame, int]:
-    """(the last attempt's records, how many attempts were made) of ``<folder>/<name>``.
-
-    An interrupted RL run started again into the same folder leaves earlier attempts: GRPO keeps them
-    beside the log as ``<stem>.attempt-<n>.jsonl`` (the log itself is then one attempt); recordings made
-    before that appended the new attempt to the same file, where a step that goes back marks it. When
-    the last attempt did not evaluate step 0 (the starting model, unchanged: a fresh LoRA adds zero),
-    step 0 is taken from the first attempt.
-    """
-    folder, stem = Path(folder), Path(name).stem
-    earlier = sorted(folder.glob(f"{stem}.attempt-*.jsonl"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
-    parts = [a for p in earlier for a in _split_attempts(records(p))] + _split_attempts(records(folder / name))
-    if not parts:
-        raise ValueError(f"{folder / name}: no records")
-    last = parts[-1]
-    if last[0].get("step") != 0 and parts[0][0].get("step") == 0:
-        last = parts[0][:1] + last
-    return pd.DataFrame(last), len(parts)
-
-
 def load_eval(root: str | Path, seed: int, cap: int) -> dict[str, pd.DataFrame]:
     """Graded samples of both systems at one seed and cap; ``level`` as text (1 … 5 and "olympiad")."""
     from ... import runs
@@ -116,55 +88,6 @@ def sign_verdict(lo: float, hi: float, up: str, down: str, neither: str) -> str:
 def points(m: float, lo: float, hi: float, what: str = "95% interval") -> str:
     """A difference of rates in points with its interval: ``+5.3 points (95% interval +2.8 to +7.9)``."""
     return f"{100 * m:+.1f} points ({what} {100 * lo:+.1f} to {100 * hi:+.1f})"
-
-
-COLLAPSE_WINDOW = 50  # steps before the final ones whose median accuracy a collapse by accuracy is measured against
-
-
-def collapse(log: pd.DataFrame, tail: int = 3, window: int = COLLAPSE_WINDOW) -> tuple[int, str] | None:
-    """(first step, rule) of a collapse of an RL run's training batches, or None. Two rules:
-
-    - **format**: a final run of at least ``tail`` logged steps with no valid format (the policy stopped
-      writing answers the reward can read); ``never valid`` when that run is the whole log;
-    - **accuracy**: a final run of at least ``tail`` steps whose training accuracy is below half the median
-      accuracy of the ``window`` steps before it (the policy still writes the format but stopped being
-      right). This rule was added after seeing such a run (a thinking-arm RL seed of an unkept recording of
-      issue 21's design fell from 0.97 to 0.03 in its last 7 of 200 steps with its format still valid), so
-      it was written knowing one case it catches; it flags no run of the shipped panel-only recording.
-    """
-    def final_run(bad: np.ndarray) -> int | None:
-        if len(bad) < tail or not bad[-tail:].all():
-            return None
-        i = len(bad) - 1
-        while i > 0 and bad[i - 1]:
-            i -= 1
-        return i
-
-    i = final_run((log.format_valid == 0).to_numpy())
-    if i is not None:
-        return int(log.step.iloc[i]), "never valid" if i == 0 else "format"
-    if "accuracy" not in log:
-        return None
-    acc = log.accuracy.to_numpy(dtype=float)
-    for i in range(len(acc) - tail, 0, -1):  # the longest final run below half the median of the steps before it
-        before = acc[max(0, i - window):i]
-        if not (acc[i:] < 0.5 * np.median(before)).all():
-            start = i + 1
-            break
-    else:
-        start = 1 if len(acc) > tail else None
-    if start is None or len(acc) - start < tail or start < 1:
-        return None
-    before = acc[max(0, start - window):start]
-    if np.median(before) > 0 and (acc[start:] < 0.5 * np.median(before)).all():
-        return int(log.step.iloc[start]), "accuracy"
-    return None
-
-
-def collapse_step(log: pd.DataFrame, tail: int = 3) -> int | None:
-    """The first step of a collapse by either rule of :func:`collapse`, or None."""
-    c = collapse(log, tail)
-    return None if c is None else c[0]
 
 
 def problem_differences(a: pd.DataFrame, b: pd.DataFrame) -> np.ndarray:
@@ -194,6 +117,23 @@ def level_verdicts(ev: dict[str, pd.DataFrame]) -> pd.DataFrame:
         out.append({"level": lv, "think − panel": m, "low": lo, "high": hi, "verdict": sign_verdict(lo, hi, *VERDICT_WORDS),
                     "MDE (80% power)": min(I.z_sum() * se, 1.0) if se > 0 else np.nan})
     return pd.DataFrame(out).set_index("level")
+
+
+ROOM = (0.05, 0.95)  # a level whose accuracy lies outside this for both systems leaves no room for a difference
+
+
+def level_room(root: str | Path, seed_list, cap: int, room=ROOM) -> pd.DataFrame:
+    """Per level (and "all"): each system's accuracy over every seed's samples at ``cap`` and whether the level can
+    show a difference — not when both systems lie above ``room[1]`` (a ceiling) or both below ``room[0]`` (a
+    floor); ``why`` says which. Issue 21's rule for a tier that stays at 0 or above 95 %."""
+    frames = {s: pd.concat([load_eval(root, k, cap)[s] for k in seed_list]) for s in layout.SYSTEMS}
+    rows = []
+    for lv in [*sorted(frames[layout.SYSTEMS[0]].level.unique()), "all"]:
+        acc = {s: float((df if lv == "all" else df[df.level == lv]).correct.mean()) for s, df in frames.items()}
+        hi, lo = all(a > room[1] for a in acc.values()), all(a < room[0] for a in acc.values())
+        why = (f"both above {room[1]:.0%}" if hi else f"both below {room[0]:.0%}" if lo else "")
+        rows.append({"level": lv, **acc, "can move": not (hi or lo), "why": why})
+    return pd.DataFrame(rows).set_index("level")
 
 
 def across_seeds(groups, combine=None, n_boot: int = I.N_BOOT, bounds=(-1.0, 1.0)) -> Interval:

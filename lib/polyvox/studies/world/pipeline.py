@@ -42,7 +42,6 @@ recording, whose folder this pipeline refuses to add to: :mod:`.layout`), read b
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from ... import launch, metrics, runs, stages
@@ -51,6 +50,7 @@ from ...records import KIND_RL, RecordError, RunLock, append_jsonl, read_jsonl, 
 from ...tasks import load as load_task
 from ...train import grpo
 from . import layout as _layout
+from .seeding import MODELS, models_source_problems, seed_models  # noqa: F401 - the stage's work
 from . import pilot as _pilot
 from . import problems as _problems  # noqa: F401 - registers the "world" task even without entry points
 
@@ -86,57 +86,6 @@ def _world(levels, per_level: int, seed: int, split: str) -> dict:
 def problem_set(s: dict, name: str, levels, per_level: int, split: str) -> dict:
     """The task options of the problem set ``name`` (its seed: problems_seed + SEED_OFFSETS[name])."""
     return _world(levels, per_level, s["problems_seed"] + SEED_OFFSETS[name], split)
-
-
-MODELS = ("tiny-base", "tiny-think")
-CARD_FIELDS = {"hidden": "hidden", "layers": "layers"}  # card field -> models section field (the card's vocab is the trained size)
-
-
-def models_source_problems(s: dict, source: str | Path, record: str | Path) -> list[str]:
-    """Why the trained models in ``source`` (``tiny-base/``, ``tiny-think/``), recorded by the models stage whose
-    folder is ``record``, are not this scale's models stage: one line each (empty when they are: the record's
-    models settings equal the scale's, and each model's card agrees)."""
-    source, record = Path(source), Path(record)
-    try:
-        rec = read_manifest(record)
-    except (RecordError, ValueError) as exc:
-        return [f"{record}: {exc}"]
-    if rec.get("stage") != "models" or rec.get("status") != "complete":
-        return [f"{record}: not a complete models stage record (stage {rec.get('stage')!r}, status {rec.get('status')!r})"]
-    theirs = (rec.get("settings") or {}).get("models")
-    if theirs != s["models"]:
-        diff = sorted(k for k in set(theirs or {}) | set(s["models"]) if (theirs or {}).get(k) != s["models"].get(k))
-        return [f"{record}: recorded with other models settings than scale {s['name']!r} ({', '.join(diff)})"]
-    out = []
-    for m in MODELS:
-        card_path = source / m / "card.json"
-        if not (source / m / "model.safetensors").is_file() or not card_path.is_file():
-            out.append(f"{source / m}: no model.safetensors and card.json")
-            continue
-        card = json.loads(card_path.read_text())
-        steps = s["models"]["base_steps" if m == "tiny-base" else "think_steps"]
-        bad = [f"{k} {card.get(k)} ≠ {s['models'][v]}" for k, v in CARD_FIELDS.items() if card.get(k) != s["models"][v]]
-        bad += [f"steps {card.get('steps')} ≠ {steps}"] if card.get("steps") != steps else []
-        if bad:
-            out.append(f"{card_path}: not this scale's model ({'; '.join(bad)})")
-    return out
-
-
-def seed_models(out: Path, s: dict, source: str | Path, record: str | Path) -> dict:
-    """The models stage done by copying models already trained with this scale's models settings (the shipped
-    ones) instead of training them again; the stage record says where they came from (``seeded_from``)."""
-    problems = models_source_problems(s, source, record)
-    if problems:
-        raise ValueError(problems[0])
-    rec = read_manifest(Path(record))
-    for m in MODELS:
-        tmp = out / "models" / f"{m}.tmp"
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        shutil.copytree(Path(source) / m, tmp)
-        tmp.rename(out / "models" / m)
-    return {"seeded_from": {"models": str(source), "record": str(record), "git_commit": rec.get("git_commit"),
-                            "finished": rec.get("finished"), "versions": rec.get("versions")}}
 
 
 def build_models(out: Path, s: dict, seed: int = 0) -> None:
