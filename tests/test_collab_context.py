@@ -20,6 +20,9 @@ from polyvox.studies.collab import models, pipeline
 from polyvox.studies.collab.traces import sft_examples
 from polyvox.train.pretrain import train_tokenizer
 
+# with test_collab_split and test_collab_splits: one worker draws h200-ordered's problem sets for the three
+pytestmark = pytest.mark.xdist_group("collab-ordered")
+
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED_CL = [ROOT / "data/runs/collab-h200/eval" / x for x in ("cl", "cl-base", "cl-pd", "homo")]
 

@@ -20,6 +20,10 @@ from polyvox.studies.collab import models, pipeline
 from polyvox.studies.collab import tasks as T
 from polyvox.studies.world import problems as W
 
+# one xdist group with test_collab_context and test_collab_splits: one worker draws h200-ordered's sets for all three
+# (pipeline.problems remembers them per process; the validation set: ordered_sets)
+pytestmark = pytest.mark.xdist_group("collab-ordered")
+
 ROOT = Path(__file__).resolve().parents[1]
 PILOT_PSI = 57 / 240  # the recorded run's cl against solo-large (test_collab_v2 and test_collab_verdicts check it)
 SPLITS = ("train", "validation", "test")
@@ -85,12 +89,22 @@ def test_the_partition_is_a_stable_hash_of_the_underlying_problem():
 
 # ---------------------------------------------------------------- 2. the h200-ordered scale's sets
 
+_ORDERED: dict = {}
+
+
+def ordered_sets() -> dict:
+    """h200-ordered's scale and its train, test and validation sets, drawn once per process (seconds each; read,
+    never changed, here and by tests/test_collab_splits.py, in this module's xdist group)."""
+    if not _ORDERED:
+        s = pipeline.load_scale("h200-ordered")
+        train, test = pipeline.problems(s, "train"), pipeline.problems(s, "test")
+        _ORDERED.update(s=s, train=train, test=test, validation=models.validation_problems(s, test, train))
+    return _ORDERED
+
+
 @pytest.fixture(scope="module")
 def ordered():
-    s = pipeline.load_scale("h200-ordered")
-    train, test = pipeline.problems(s, "train"), pipeline.problems(s, "test")
-    val = models.validation_problems(s, test, train)
-    return {"s": s, "train": train, "test": test, "validation": val}
+    return {k: copy.deepcopy(v) if k == "s" else list(v) for k, v in ordered_sets().items()}
 
 
 def _keys(ps) -> set:

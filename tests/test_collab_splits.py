@@ -11,6 +11,8 @@ import pytest
 from polyvox.studies.collab import models, pipeline
 from polyvox.studies.collab.tasks import QA_SPLITS, collab_qa, knowledge_base, make_qa, qa_splits
 
+pytestmark = pytest.mark.xdist_group("collab-ordered")  # with test_collab_split: h200-ordered's sets drawn once
+
 ROOT = Path(__file__).resolve().parents[1]
 SPLITS = [name for name, _ in QA_SPLITS]
 
@@ -56,9 +58,14 @@ def test_an_unknown_split_is_refused():
 
 @pytest.mark.parametrize("scale", ["smoke", "cpu", pytest.param("h200-ordered", marks=pytest.mark.slow)])
 def test_the_pipeline_s_train_validation_and_test_questions_share_no_chain(scale):
-    s = pipeline.load_scale(scale)
-    train, test = pipeline.problems(s, "train"), pipeline.problems(s, "test")
-    val = models.validation_problems(s, test, train)
+    if scale == "h200-ordered":  # drawn once per process with test_collab_split's (the same calls)
+        from test_collab_split import ordered_sets
+
+        train, test, val = (ordered_sets()[k] for k in ("train", "test", "validation"))
+    else:
+        s = pipeline.load_scale(scale)
+        train, test = pipeline.problems(s, "train"), pipeline.problems(s, "test")
+        val = models.validation_problems(s, test, train)
     got = {"train": chains(train), "validation": chains(val), "test": chains(test)}
     assert all(got.values())
     for a, b in [("train", "validation"), ("train", "test"), ("validation", "test")]:
