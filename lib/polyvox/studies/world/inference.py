@@ -94,6 +94,7 @@ class Interval:
     seeds: int
     per_seed: tuple = ()
     method: str = "percentile"
+    se_eff: float | None = None  # the standard error the interval's width stands for, after the small-k correction
 
     def __iter__(self):
         return iter((self.mean, self.low, self.high))
@@ -127,7 +128,8 @@ def _resampled_means(u: Units, rng: np.random.Generator, n_boot: int) -> np.ndar
 
 
 def seeds_problems(groups, combine: Callable | None = None, n_boot: int = N_BOOT, level: float = LEVEL,
-                   seed: int = 0, method: str = "percentile", bounds: tuple[float, float] | None = None) -> Interval:
+                   seed: int = 0, method: str = "percentile", bounds: tuple[float, float] | None = None,
+                   small_k: bool = True) -> Interval:
     """Mean over seeds and a bootstrap interval over seeds, then units within each drawn seed.
 
     ``groups`` holds one entry per seed: its units (an array or :class:`Units`), or a tuple of
@@ -137,7 +139,21 @@ def seeds_problems(groups, combine: Callable | None = None, n_boot: int = N_BOOT
     ``method`` "percentile" or "bca" (bias-corrected and accelerated; acceleration from the jackknife
     over seeds); both are quantiles of the replicates, so within the range the data allow. With the
     same inputs and no strata, "percentile" gives :func:`polyvox.metrics.seed_bootstrap`'s interval.
-    ``bounds``: the quantity's possible range, checked (a bug, not a clip, if it is left).
+    ``bounds``: the quantity's possible range: the replicates' interval is checked against it (a bug if it is
+    left), the widened one below is cut to it.
+
+    Small numbers of seeds. A percentile bootstrap over k seeds acts like a z interval on a plug-in standard
+    error, too narrow when the spread between seeds dominates (simulated, 5 seeds, 600 problems × 8 samples,
+    a between-seed σ of 3 points: 82 % coverage of a nominal 95 %). So its width is calibrated to the t
+    interval on the seeds' values: half-width t_{k−1} √(s² / k), with s² the seeds' sample variance
+    (between-seed spread and sampling together; W, one seed's sampling variance from the inner resamples, when
+    the seeds' values are all equal). Each side of the percentile interval is scaled about the point so that its mean
+    half-width is that (the bootstrap's asymmetry is kept), then cut to ``bounds``. Simulated coverage
+    (5 seeds, 600 problems × 8 samples, 200 runs each; the t interval's own): 0.965, 0.93 and 0.915 for a
+    between-seed σ of 0, 1 and 3 points (a Satterthwaite mix of t and z covered only 0.88 at 1 point;
+    flooring s² at W, 1.00 at 0).
+    ``Interval.se_eff`` = (t_{k−1} / z) √(s² / k), the standard error the minimum detectable effect uses (:func:`mde`).
+    ``small_k=False`` gives the plain percentile interval.
     """
     parts = _parts(groups)
     fn = combine if combine is not None else (lambda *means: means[0])
@@ -164,8 +180,21 @@ def seeds_problems(groups, combine: Callable | None = None, n_boot: int = N_BOOT
         raise ValueError(f"seeds_problems: method {method!r} (percentile or bca)")
     lo, hi = (float(x) for x in np.quantile(reps, q))
     if bounds is not None and not bounds[0] - 1e-12 <= lo <= hi <= bounds[1] + 1e-12:
-        raise AssertionError(f"bootstrap interval {lo}, {hi} outside {bounds}")
-    return Interval(point, lo, hi, float(reps.std(ddof=1)), k, per_seed, method)
+        raise AssertionError(f"bootstrap interval {lo}, {hi} outside {bounds}")  # replicates out of range: a bug
+    total = float(reps.var(ddof=1)) if n_boot > 1 else 0.0
+    se_eff = None  # no correction: mde() falls back to the plug-in bootstrap's standard error
+    if small_k and k > 1 and total > 0:
+        within = float(np.mean(inner[:, :, 0].var(axis=1, ddof=1)))  # one seed's value: its sampling variance
+        spread = float(np.var(per_seed, ddof=1))  # the seeds' values: between-seed variance + within
+        var_mean = (spread if spread > 0 else within) / k  # seeds all equal: their sampling variance alone
+        z = float(stats.norm.ppf((1 + level) / 2))
+        t_q = float(stats.t.ppf((1 + level) / 2, k - 1))
+        se_eff = t_q / z * math.sqrt(var_mean)
+        factor = t_q * math.sqrt(var_mean) / ((hi - lo) / 2) if hi > lo else 1.0  # the replicates' own half-width
+        lo, hi = point - factor * (point - lo), point + factor * (hi - point)
+    if bounds is not None:
+        lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
+    return Interval(point, lo, hi, float(reps.std(ddof=1)), k, per_seed, method, se_eff)
 
 
 # ---------------------------------------------------------------- minimum detectable effect
@@ -177,12 +206,15 @@ def z_sum(alpha: float = ALPHA, power: float = POWER) -> float:
 
 def mde(iv: Interval, alpha: float = ALPHA, power: float = POWER, limit: float = 1.0) -> float:
     """The smallest true difference a two-sided test at ``alpha`` detects with ``power``, from the
-    across-seed bootstrap's standard error: (z_{1−α/2} + z_{power}) · se · √(k / (k − 1)) with k seeds
+    across-seed interval's standard error: (z_{1−α/2} + z_{power}) · se_eff, the small-k corrected one
+    (:func:`seeds_problems`); for an interval without it, (z_{1−α/2} + z_{power}) · se · √(k / (k − 1)) with k seeds
     (the plug-in bootstrap's variance of a mean over k seeds is (k − 1)/k of the unbiased one). At most
     ``limit`` (a difference of rates cannot exceed 1); nan when the data hold no variation at all (every
     replicate equal: the standard error says nothing about what could have been detected)."""
     if iv.se == 0:
         return float("nan")
+    if iv.se_eff is not None and iv.seeds > 1:  # the small-k corrected standard error (seeds_problems)
+        return float(min(z_sum(alpha, power) * iv.se_eff, limit))
     k = iv.seeds
     return float(min(z_sum(alpha, power) * iv.se * (math.sqrt(k / (k - 1)) if k > 1 else 1.0), limit))
 
