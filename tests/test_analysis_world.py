@@ -313,7 +313,7 @@ def test_the_recorded_family_and_the_findings_rows():
 
     t = W.tests(WORLD, W.seeds(WORLD), n_boot=1000, n_perm=2000)
     fam = t["tests"]
-    assert t["caps"] == [256, 1024] and len(fam) == 6
+    assert t["caps"] == [256, 1024] and len(fam) == 7 and W.GAIN_GAP in fam
     for c in fam.values():
         assert -1 <= c.interval.low <= c.interval.mean <= c.interval.high <= 1 and 0 < c.mde <= 1
     nothing = _comparison([0.0, 0.0], [1.0, 1.0], 1.0, 0.0, 0.0, se=0.0)
@@ -367,3 +367,34 @@ def test_the_across_seed_interval_covers_near_its_level_with_five_seeds(between,
     assert hits / 120 >= floor
     if between >= 0.03:  # where the spread between seeds dominates, the plain bootstrap covers less
         assert plain < hits
+
+
+@pytest.mark.parametrize("values", [[0.05, 0.02, 0.08, 0.01, 0.04], [-0.1, 0.2, 0.0], [0.3, 0.31], [1e-3, -2e-3, 5e-4, 0.0]])
+def test_t_test_over_seeds_is_scipys_one_sample_t_test(values):
+    from scipy.stats import ttest_1samp
+
+    assert I.t_test_over_seeds(values) == pytest.approx(ttest_1samp(values, 0.0).pvalue, rel=1e-9)
+
+
+def test_t_test_over_seeds_edge_cases():
+    assert I.t_test_over_seeds([0.1]) == 1.0 and I.t_test_over_seeds([0.0, 0.0, 0.0]) == 1.0
+    assert I.t_test_over_seeds([0.25, 0.25, 0.25]) == 0.0  # agree exactly on a nonzero value
+    assert I.t_test_over_seeds([0.2, 0.2, 0.2]) == pytest.approx(0.0, abs=1e-12)  # float noise in the sd
+
+
+def test_the_difference_of_gains_and_its_tests():
+    """think − panel hill-climb gain: (think end − start) − (panel end − start) per seed; its per-seed z test on the
+    within-seed bootstrap and its t-test over seeds; it joins the family with closed-form p values."""
+    ones, zeros, half = np.ones(40), np.zeros(40), np.r_[np.ones(20), np.zeros(20)]
+    quad = (half, half, zeros, ones)  # panel: no gain; think: 0 → 1
+    assert W._gain_gap(*(u.mean() for u in quad)) == 1.0
+    assert I.bootstrap_z_test(quad, W._gain_gap, n_boot=500) < 1e-12  # a 100-point difference, se about 16
+    assert I.bootstrap_z_test((ones, ones, zeros, ones), W._gain_gap, n_boot=500) == 0.0  # nothing varies: se 0 ≠ x
+    assert I.bootstrap_z_test((half, half, half, half), W._gain_gap, n_boot=500) == pytest.approx(1.0)
+    mixed = (half, half, half, np.r_[np.ones(26), np.zeros(14)])  # think +15 points on 40 samples
+    p = I.bootstrap_z_test(mixed, W._gain_gap, n_boot=4000, seed=1)
+    se = math.sqrt(3 * 0.25 / 40 + 0.65 * 0.35 / 40)  # three evaluations at 50 %, one at 65 %
+    assert p == pytest.approx(2 * (1 - __import__("scipy").stats.norm.cdf(0.15 / se)), abs=0.03)
+    c = I.Comparison("g", I.Interval(0.1, 0.05, 0.15, 0.02, 3, (0.1, 0.09, 0.11)), [0, 1, 2], [0.01] * 3, 0.002,
+                     W.T_OVER_SEEDS, monte_carlo=False)
+    assert "random permutations" not in c.seeds_sentence() and W.T_OVER_SEEDS in c.seeds_sentence()

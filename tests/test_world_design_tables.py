@@ -22,23 +22,43 @@ def _write(path, obj):
     path.write_text(json.dumps(obj))
 
 
+def _lines(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
 def _run(tmp_path, think_changes=None, commits=("aaa", "aaa")):
+    """Two seeds of the matched design's records, written by hand: the thinking arm's RL cuts 130 of its 12,800
+    training completions (1.02 %), seed 1's panel RL log is from before GRPO counted cut completions (its stage
+    record's upper bound: 0 of 200 steps), the climbs start at 58 % (panel) and 85 % (thinking) on the olympiad."""
     root = tmp_path / "run"
     (root / "pilot").mkdir(parents=True)
+    _write(root / "manifest.json", {"git_commit": "zzz", "scale": "h200-v2", "settings": {}})
     for k, commit in zip((0, 1), commits):
         for arm in ("panel", "think"):
             cfg = {**RECIPE, "arm": arm, "out": f"seed-{k}/rl-{arm}", "seed": k,
                    **((think_changes or {}) if arm == "think" else {})}
-            _write(root / f"seed-{k}/rl-{arm}/manifest.json", {"config": cfg, "git_commit": commit})
-            _write(root / f"seed-{k}/rl-{arm}/stage.json",
+            rl = root / f"seed-{k}/rl-{arm}"
+            _write(rl / "manifest.json", {"config": cfg, "git_commit": commit})
+            _write(rl / "stage.json",
                    {"git_commit": commit, "stage_caps": {"sampling.max_tokens": 1024, "eval.caps[0]": 1024},
-                    "cap_hits": {"steps": 200, "steps_at_cap": 4 if arm == "think" else 0,
-                                 "cap_hit_rate_upper_bound": 0.02 if arm == "think" else 0.0}})
-            _write(root / f"seed-{k}/hillclimb-{arm}/stage.json",
+                    "cap_hits": {"steps": 200, "steps_at_cap": 0, "cap_hit_rate_upper_bound": 0.0}})
+            legacy = k == 1 and arm == "panel"
+            _lines(rl / "train_log.jsonl", [{"step": i + 1, **({} if legacy else
+                                             {"cap_hits": int(arm == "think" and i < 130)})} for i in range(200)])
+            _lines(rl / "heldout_trajectory.jsonl", [{"step": s, "heldout_mean": 0.5, "per_level": {"1": 0.5},
+                                                      "cap_hits": 0} for s in (0, 100, 200)])
+            climb = root / f"seed-{k}/hillclimb-{arm}"
+            _write(climb / "manifest.json", {"config": {**cfg, "heldout_problems": 100}, "git_commit": commit})
+            _write(climb / "stage.json",
                    {"git_commit": commit, "stage_caps": {"sampling.max_tokens": 1024},
                     "cap_hits": {"steps": 100, "steps_at_cap": 0, "cap_hit_rate_upper_bound": 0.0},
                     "band": {"first_draw": 10, "second_draw": 12, "both": 6, "jaccard": 0.375}, "band_problems": 6,
                     "heldout_levels": ["olympiad"], "heldout_levels_dropped": {"3": "panel starts at 96% > 80%"}})
+            _lines(climb / "train_log.jsonl", [{"step": i + 1, "cap_hits": 0} for i in range(100)])
+            start = 0.58 if arm == "panel" else 0.85
+            _lines(climb / "heldout_trajectory.jsonl", [{"step": s, "heldout_mean": start, "cap_hits": 2 if s else 0,
+                                                         "per_level": {"olympiad": start}} for s in (0, 20, 40)])
         _write(root / f"seed-{k}/eval/manifest.json",
                {"git_commit": commit, "cap_hits": {"cap-1024/panel": {"samples": 4800, "cap_hit_rate": 0.0},
                                                    "cap-1024/think": {"samples": 4800, "cap_hit_rate": 18 / 4800}}})
@@ -64,20 +84,30 @@ def test_any_other_difference_unmatches_the_arms(tmp_path, change, field):
 
 def test_cap_hits_are_read_per_stage_and_checked_against_one_percent(tmp_path):
     hits = D.cap_hits(_run(tmp_path), [0, 1])
-    assert len(hits) == 2 * (4 + 2)  # per seed: rl × 2, hill-climb × 2, eval × 2 arms
+    # per seed: rl × 2 and their held-out × 2, hill-climb × 2 and their held-out × 2, eval × 2 arms
+    assert len(hits) == 2 * 10
+    rl = hits[hits.stage == "rl"].set_index(["seed", "arm"])
+    assert rl.loc[(0, "thinking"), "cap-hit rate"] == pytest.approx(130 / 12800) and rl.loc[(0, "thinking"), "of"] == 12800
+    assert rl.loc[(1, "panel"), "measured as"].endswith("(an upper bound)")  # the legacy log: the stage record's bound
     over = hits[hits["below 1 %"] == False]  # noqa: E712
-    assert set(zip(over.stage, over.arm)) == {("rl", "thinking")}  # 4 of 200 steps at the cap: an upper bound of 2 %
+    assert set(zip(over.stage, over.arm)) == {("rl", "thinking")}
+    held = hits[hits.stage == "hillclimb held-out"]
+    assert held["cap-hit rate"].tolist() == pytest.approx([4 / 1200] * 4) and (held["of"] == 1200).all()  # 3 evals × 400
     ev = hits[(hits.stage == "eval") & (hits.arm == "thinking")].iloc[0]
     assert ev["cap-hit rate"] == pytest.approx(0.00375) and bool(ev["below 1 %"]) and ev["cap"] == 1024
 
 
 def test_climb_design_and_commits_come_from_the_records(tmp_path):
-    root = _run(tmp_path, commits=("aaa", "bbb"))
-    climbs = D.climb_design(root, [0, 1])
+    root = _run(tmp_path, commits=("aaa", "bbb-dirty"))
+    climbs = D.climb_design(root, [0, 1]).set_index(["arm", "seed"])
     assert climbs["in both"].tolist() == [6] * 4 and climbs["held-out levels"].unique().tolist() == ["olympiad"]
     assert climbs["levels dropped"].iloc[0] == "3: panel starts at 96% > 80%"
+    assert climbs.loc[("panel", 0), "held-out at step 0"] == "olympiad: 58%"
+    assert climbs.loc[("thinking", 0), "outside [20 %, 80 %] at step 0"] == "olympiad"  # chosen on the pool, not met here
+    assert climbs.loc[("panel", 0), "outside [20 %, 80 %] at step 0"] == ""
     made = D.commits(root)
-    assert set(made) == {"aaa", "bbb"} and "seed-0/rl-panel" in made["aaa"] and "seed-1/eval" in made["bbb"]
+    assert set(made) == {"aaa", "bbb-dirty"} and "seed-0/rl-panel" in made["aaa"] and "seed-1/eval" in made["bbb-dirty"]
+    assert "zzz" not in made and D.dirty(made) == ["bbb-dirty"]  # the run folder's manifest is not a stage record
 
 
 def test_power_is_not_claimed_where_nothing_varies(monkeypatch):

@@ -224,7 +224,7 @@ def _world(root: Path) -> list[Finding]:
              "The panel format against a thinking model, not matched (tiny-panel an RL LoRA, tiny-think a supervised "
              "fine-tune: format confounded with training, as in the study)")
     out = [Finding("world", title, "miniature only",
-                   f"at the largest cap ({large} tokens), think − panel {W.points(*big.interval)} over {len(seeds)} seeds "
+                   f"at the largest cap every seed shares ({large} tokens), think − panel {W.points(*big.interval)} over {len(seeds)} seeds "
                    f"({W.ACROSS}): **{big.verdict(*words)}** — {big.seeds_sentence()}"
                    + (f". At {small} tokens: {W.points(*little.interval)}, {little.verdict(*words)}" if little else ""),
                    "book/world/replication")]
@@ -236,9 +236,15 @@ def _world(root: Path) -> list[Finding]:
         parts.append(f"{name} arm {W.points(*c.interval)}, per seed " + ", ".join(f"{100 * x:+.1f}" for x in c.per_seed)
                      + f": {c.verdict('a gain', 'a loss', 'no clear change', 'change')}"
                      + (f"; {n_collapsed} of {len(seeds)} runs collapsed (included, as recorded)" if n_collapsed else ""))
+    gg = fam[W.GAIN_GAP]
     out.append(Finding("world", "RL on each arm's own variance band (the study ran the panel arm only)", "miniature only",
                        f"held-out gain over {len(seeds)} seeds ({W.ACROSS_SAMPLES}; {W.PERMUTATION}, Holm-adjusted): "
-                       + "; ".join(parts), "book/world/replication"))
+                       + "; ".join(parts)
+                       + f"; the arms compared, think − panel gain {W.points(*gg.interval)}: "
+                       + gg.verdict("the thinking arm gains more", "the panel arm gains more",
+                                    "no difference between the arms' gains")
+                       + (f" (every seed's climb starts from seed {seeds[0]}'s easy-stage adapter of its arm: conditional "
+                          "on those two adapters)" if matched else ""), "book/world/replication"))
     return out
 
 

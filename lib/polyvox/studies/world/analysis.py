@@ -280,11 +280,22 @@ def rl_runs(root: str | Path, seed_list, n_boot: int = I.N_BOOT, n_perm: int = I
     return {arm: rl_run(root, seed_list, arm, n_boot, n_perm) for arm in arms}
 
 
+GAIN_GAP = "think − panel hill-climb gain"  # the family's name of the difference between the arms' gains
+T_OVER_SEEDS = "t-test over seeds (each seed's difference of gains)"
+
+
+def _gain_gap(panel_start, panel_end, think_start, think_end):
+    return (think_end - think_start) - (panel_end - panel_start)
+
+
 def hillclimb(root: str | Path, seed_list, n_boot: int = I.N_BOOT, n_perm: int = I.N_PERM) -> dict:
     """RL of each arm on its own band, every seed: trajectories, logs, configs, the gains table (start,
     end, gain, share of all-equal groups), collapsed runs by the collapse rule, per arm the gain across
     seeds as recorded (a :class:`Comparison`, collapsed runs included) and without the collapsed runs
-    (an :class:`Interval`), and the panel − thinking gap at step 0 (a :class:`Comparison`)."""
+    (an :class:`Interval`; an arm every run of which collapsed has none), the panel − thinking gap at step 0
+    and the difference between the arms' gains, think − panel (:data:`GAIN_GAP`: per seed a z test on the
+    within-seed bootstrap, pooled a t-test over the seeds' differences; two arms' gains each tested alone do
+    not compare the arms)."""
     root = Path(root)
     traj, logs = {a: {} for a in ARMS}, {a: {} for a in ARMS}
     for a in ARMS:
@@ -306,8 +317,13 @@ def hillclimb(root: str | Path, seed_list, n_boot: int = I.N_BOOT, n_perm: int =
               for a in ARMS}
     across_kept = {a: gain_across_seeds(*zip(*[units[a][k] for k in g.seed]), n_boot=n_boot) for a, g in kept.groupby("arm")}
     gap = [(units["think"][k][0], units["panel"][k][0]) for k in seed_list]  # panel − think at step 0
+    quads = [(*units["panel"][k], *units["think"][k]) for k in seed_list]  # the arms' gains side by side
+    gap_iv = across_seeds(quads, combine=_gain_gap, n_boot=n_boot)
+    gain_gap = Comparison(GAIN_GAP, gap_iv, list(seed_list),
+                          [I.bootstrap_z_test(q, _gain_gap, n_boot, seed=i) for i, q in enumerate(quads)],
+                          I.t_test_over_seeds(gap_iv.per_seed), T_OVER_SEEDS, n_perm, monte_carlo=False)
     return {"traj": traj, "logs": logs, "config": cfg, "heldout_n": n, "gains": gains, "kept": kept,
-            "collapsed": collapsed, "gain": across, "gain_kept": across_kept,
+            "collapsed": collapsed, "gain": across, "gain_kept": across_kept, "gain_gap": gain_gap,
             "start_gap": Comparison("panel − thinking at step 0", across_seeds(gap, combine=_gain, n_boot=n_boot),
                                     list(seed_list), [I.permutation_test([p], n_perm=n_perm, seed=i) for i, p in enumerate(gap)],
                                     I.permutation_test(gap, n_perm=n_perm), PERMUTATION, n_perm),
@@ -356,6 +372,7 @@ def tests(root: str | Path, seed_list, n_boot: int = I.N_BOOT, n_perm: int = I.N
         per_seed[cap], fam[cap_key(cap)] = think_minus_panel(root, seed_list, cap, n_boot, n_perm)
     fam.update({gain_key(a): climb["gain"][a] for a in ARMS})
     fam["panel − thinking at step 0"] = climb["start_gap"]
+    fam[GAIN_GAP] = climb["gain_gap"]
     I.holm_family(fam)
     for cap in compared:
         per_seed[cap]["p (Holm)"] = fam[cap_key(cap)].p_seed_holm

@@ -5,11 +5,13 @@
   recipe in every field but the format and its reward (:data:`FORMAT_FIELDS`);
 - :func:`pilot_table`: the pilot's answer lengths, cap hits, format-valid rates and starting accuracies
   per arm and level, the cap it derives and the caps the stages used;
-- :func:`cap_hits`: the share of answers cut by the cap in every stage (RL runs: the upper bound their step
-  logs allow; sampled stages: the count), against :data:`CAP_HIT_LIMIT`;
+- :func:`cap_hits`: the share of answers cut by the cap in every stage, the RL runs' and climbs' held-out
+  evaluations included, against :data:`CAP_HIT_LIMIT`;
 - :func:`climb_design`: each hill-climb's band (both draws, the problems in both, Jaccard), its held-out
-  levels and the reasons the others were dropped, from the stage records;
-- :func:`commits`: the code commits every record of the run was made at;
+  levels, the reasons the others were dropped, and the levels' accuracy at step 0 on the held-out set;
+- :func:`commits`, :func:`dirty`: the code commits every stage record of the run was made at, and which ran with
+  uncommitted changes; :func:`scale_differences`: the arms' differences as the scale builds them, problem ids
+  included (the manifests record counts only);
 - :func:`spread` and :func:`power_table`: the between-seed spread of the run's own seeds and the designs
   (seeds, held-out problems) :mod:`.power` derives from it, with each comparison's minimum detectable effect
   at the run's size.
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ...jsonl import exists as jsonl_exists
 from . import layout, power
 from .run_tables import ARMS
 
@@ -59,6 +62,17 @@ def recipe_differences(root: str | Path, seed_list) -> tuple[pd.DataFrame, bool]
     return df, set(df.field) <= set(FORMAT_FIELDS)
 
 
+def scale_differences(root: str | Path) -> list[str]:
+    """What differs between the two arms' RL configs as the pipeline builds them from the run's scale (its root
+    manifest), problem ids included (:func:`.arms.arm_differences`): the manifests record problem counts only,
+    so this is where "same data" is checked."""
+    from .arms import arm_differences
+
+    m = _json(Path(root) / "manifest.json")
+    s = {**m["settings"], "name": m["settings"].get("name") or m.get("scale")}
+    return arm_differences(s)
+
+
 def recipe(root: str | Path, seed: int) -> dict:
     """The panel arm's RL config of one seed (the shared recipe, when :func:`recipe_differences` says matched)."""
     return _json(layout.rl_folders(root, seed)["panel"] / "manifest.json")["config"]
@@ -82,9 +96,23 @@ def _sampling_cap(rec: dict) -> int | None:
     return next(iter(caps.values()), None)
 
 
+def _logged_hits(log: Path, per_row: int) -> tuple[float, int] | None:
+    """(share cut, completions) summed over a trainer log's rows that count their cut completions (``cap_hits``),
+    ``per_row`` completions each; None when the log counts none."""
+    from .logs import records
+
+    rows = [r for r in records(log) if "cap_hits" in r] if jsonl_exists(log) else []  # plain or stored gzipped
+    if not rows:
+        return None
+    n = per_row * len(rows)
+    return sum(int(r["cap_hits"]) for r in rows) / n, n
+
+
 def cap_hits(root: str | Path, seed_list) -> pd.DataFrame:
-    """One row per stage run and arm: its cap, the share of answers cut (an upper bound for RL runs: the share
-    of steps whose longest completion reached the cap) and whether it is below :data:`CAP_HIT_LIMIT`."""
+    """One row per stage run and arm: its cap, the share of answers cut and whether it is below
+    :data:`CAP_HIT_LIMIT` — for RL runs and hill-climbs their training completions and, as rows of their own,
+    their held-out evaluations (counted by GRPO in every logged step; an older log: the share of steps whose
+    longest completion reached the cap, an upper bound), for the evaluation and the band draws their samples."""
     root = Path(root)
     rows = []
 
@@ -95,10 +123,19 @@ def cap_hits(root: str | Path, seed_list) -> pd.DataFrame:
 
     for k in seed_list:
         for st in ("rl-panel", "rl-think", "hillclimb-panel", "hillclimb-think"):
-            rec = stage_record(root, st, k)
-            h, arm = rec["cap_hits"], st.split("-")[1]
-            add(st.split("-")[0], k, arm, _sampling_cap(rec),
-                h["cap_hit_rate_upper_bound"], "steps with a completion at the cap", h["steps"])
+            rec, folder = stage_record(root, st, k), root / f"seed-{k}" / st
+            cfg = _json(folder / "manifest.json")["config"]
+            kind, arm = st.split("-")
+            logged = _logged_hits(folder / "train_log.jsonl", cfg["group_size"] * cfg["prompts_per_step"])
+            if logged is not None:
+                add(kind, k, arm, _sampling_cap(rec), logged[0], "training completions", logged[1])
+            else:  # a log from before GRPO counted its cut completions: the bound its longest completions allow
+                h = rec["cap_hits"]
+                add(kind, k, arm, _sampling_cap(rec), h["cap_hit_rate_upper_bound"],
+                    "steps with a completion at the cap (an upper bound)", h["steps"])
+            held = _logged_hits(folder / "heldout_trajectory.jsonl", cfg["heldout_problems"] * cfg["heldout_samples"])
+            if held is not None:
+                add(f"{kind} held-out", k, arm, _sampling_cap(rec), held[0], "held-out completions", held[1])
         rec = stage_record(root, "eval", k)
         for key, h in rec["cap_hits"].items():
             cap, arm = key.split("/")
@@ -112,34 +149,49 @@ def cap_hits(root: str | Path, seed_list) -> pd.DataFrame:
     return pd.DataFrame(rows).astype({"seed": "Int64"})
 
 
-def climb_design(root: str | Path, seed_list) -> pd.DataFrame:
-    """Per hill-climb run: its band (first draw, second draw, in both, Jaccard), the problems it trained on and
-    its held-out levels, from the stage records."""
+def climb_design(root: str | Path, seed_list, low: float = 0.20, high: float = 0.80) -> pd.DataFrame:
+    """Per hill-climb run: its band (first draw, second draw, in both, Jaccard), the problems it trained on, its
+    held-out levels (chosen on the pool's first draw) and their accuracy at step 0 on the held-out set itself,
+    with the levels that fell outside [``low``, ``high``] there, from the stage records and trajectories."""
+    from .logs import read_log
+
     rows = []
     for k in seed_list:
         for arm in ARMS:
             rec = stage_record(root, f"hillclimb-{arm}", k)
+            start = read_log(Path(root) / f"seed-{k}" / f"hillclimb-{arm}", "heldout_trajectory.jsonl")[0].iloc[0]
+            at0 = {str(lv): float(v) for lv, v in (start.get("per_level") or {}).items()}
             b = rec.get("band") or {}
             rows.append({"arm": ARMS[arm], "seed": k, "band, first draw": b.get("first_draw"),
                          "band, second draw": b.get("second_draw"), "in both": b.get("both"),
                          "Jaccard": b.get("jaccard"), "trained on": rec.get("band_problems"),
                          "held-out levels": ", ".join(rec.get("heldout_levels", [])),
+                         "held-out at step 0": ", ".join(f"{lv}: {v:.0%}" for lv, v in at0.items()),
+                         "outside [20 %, 80 %] at step 0": ", ".join(lv for lv, v in at0.items()
+                                                                    if not low <= v <= high),
                          "levels dropped": "; ".join(f"{lv}: {why}" for lv, why in
                                                      (rec.get("heldout_levels_dropped") or {}).items())})
     return pd.DataFrame(rows)
 
 
 def commits(root: str | Path) -> dict[str, list[str]]:
-    """Each code commit the run's records were made at → the records (folders) made at it."""
+    """Each code commit the run's stage records were made at → the records (folders) made at it. The run
+    folder's own manifest is left out: it is rewritten by every invocation of the pipeline, also one that
+    skips every stage. A commit ending in ``-dirty`` ran with uncommitted changes (:func:`dirty`)."""
     root = Path(root)
     out: dict[str, list[str]] = {}
     for f in sorted(root.rglob("*.json")):
-        if f.name not in ("manifest.json", "stage.json"):
+        if f.name not in ("manifest.json", "stage.json") or f.parent == root:
             continue
         c = _json(f).get("git_commit")
         if c:
             out.setdefault(c, []).append(str(f.parent.relative_to(root)))
     return out
+
+
+def dirty(made: dict[str, list[str]]) -> list[str]:
+    """The commits of :func:`commits` that ran with uncommitted changes."""
+    return [c for c in made if c.endswith("-dirty")]
 
 
 def spread(root: str | Path, seed_list, cap: int) -> dict:

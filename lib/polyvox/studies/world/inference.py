@@ -225,6 +225,31 @@ def _two_sided(t: float, null: np.ndarray) -> float:
     return float((1 + np.sum(np.abs(null) >= abs(t) - 1e-12)) / (1 + len(null)))
 
 
+def t_test_over_seeds(values) -> float:
+    """Two-sided one-sample t-test of the seeds' values against 0 (k − 1 degrees of freedom): the test that
+    matches the across-seed interval's small-k calibration (:func:`seeds_problems`). 1.0 with fewer than 2
+    seeds or when every value is 0; 0.0 when the values agree exactly on a nonzero value."""
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2 or not np.any(x):
+        return 1.0
+    sd = float(x.std(ddof=1))
+    if sd == 0:
+        return 0.0
+    return float(2 * stats.t.sf(abs(x.mean()) / (sd / math.sqrt(len(x))), len(x) - 1))
+
+
+def bootstrap_z_test(group: tuple, combine: Callable, n_boot: int = N_BOOT, seed: int = 0) -> float:
+    """One seed's test of a combined value (e.g. a difference of two gains) against 0: 2 Φ(−|x| / se), se the
+    sd of the value over ``n_boot`` resamples of each evaluation's units within their strata."""
+    rng = np.random.default_rng(seed)
+    arrays = tuple(as_units(a) for a in group)
+    x = float(combine(*[np.float64(u.mean()) for u in arrays]))
+    se = float(np.std(combine(*[_resampled_means(u, rng, n_boot) for u in arrays]), ddof=1))
+    if se == 0:
+        return 1.0 if x == 0 else 0.0
+    return float(2 * stats.norm.sf(abs(x) / se))
+
+
 def sign_flip_test(groups, n_perm: int = N_PERM, seed: int = 0) -> float:
     """Pooled paired test: per-unit paired differences of every seed (think − panel per problem);
     statistic the mean over seeds of each seed's mean difference; under the null (the two systems
@@ -309,6 +334,7 @@ class Comparison:
     p_pooled: float
     pooled_test: str  # how the pooled test is named in prose
     n_perm: int = N_PERM  # Monte Carlo draws of the tests (their p cannot go below 1 / (n_perm + 1))
+    monte_carlo: bool = True  # False: the tests are closed-form (t and z), with no floor on p
     p_sign: float = field(init=False)
     p_sign_min: float = field(init=False)
     sign_seeds: int = field(init=False)
@@ -383,12 +409,13 @@ class Comparison:
                  f"the seeds differ in sign{f' ({ties} at 0)' if ties else ''}, " if len(signs - {0}) > 1 else
                  f"no seed has the other sign ({ties} at 0), ")
                 + ("each significant" if n_sig == k else f"{n_sig} of {k} significant") + "; ")
-        floor = 1 / (self.n_perm + 1) + 1e-15
+        floor = 1 / (self.n_perm + 1) + 1e-15 if self.monte_carlo else 0.0
         p = lambda raw, adj: f"p ≤ {adj:.3f}" if raw <= floor and adj >= 0.001 else p_text(adj)  # noqa: E731
         return (lead + "per seed " + ", ".join(f"{100 * x:+.1f} ({p(r, a)})" for x, r, a in
                                                zip(self.per_seed, self.p_seed, self.p_seed_holm))
                 + f"; {self.pooled_test} {p(self.p_pooled, self.p_pooled_holm)} (Holm-adjusted over the chapter's "
-                f"family of tests; {self.n_perm:,} random permutations, so no p below {floor:.5f} before adjustment)"
+                + (f"family of tests; {self.n_perm:,} random permutations, so no p below {floor:.5f} before adjustment)"
+                   if self.monte_carlo else "family of tests)")
                 + (f"; sign test over the {self.sign_seeds} seeds that are not ties {p_text(self.p_sign)}, the "
                    f"smallest p {self.sign_seeds} seeds can give being {self.p_sign_min:.3f}" if self.sign_seeds > 1 else ""))
 

@@ -29,7 +29,9 @@ def read_log(folder: str | Path, name: str) -> tuple[pd.DataFrame, int]:
     step 0 is taken from the first attempt.
     """
     folder, stem = Path(folder), Path(name).stem
-    earlier = sorted(folder.glob(f"{stem}.attempt-*.jsonl"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+    found = [*folder.glob(f"{stem}.attempt-*.jsonl"), *folder.glob(f"{stem}.attempt-*.jsonl.gz")]  # or stored gzipped
+    earlier = sorted({p.name.removesuffix(".gz"): folder / p.name.removesuffix(".gz") for p in found}.values(),
+                     key=lambda p: int(p.stem.rsplit("-", 1)[1]))
     parts = [a for p in earlier for a in _split_attempts(records(p))] + _split_attempts(records(folder / name))
     if not parts:
         raise ValueError(f"{folder / name}: no records")

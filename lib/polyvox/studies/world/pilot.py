@@ -27,6 +27,7 @@ import math
 import numpy as np
 
 from ... import formats
+from ...jsonl import exists as jsonl_exists
 from ...metrics import wilson_interval
 from ...records import read_jsonl
 
@@ -152,7 +153,7 @@ def rl_cap_hits(folder, cap: int) -> dict:
     """An RL run's cap hits from its step log: the share of steps whose longest completion reached ``cap`` (an
     upper bound on the share of completions cut) and the longest completion of all."""
     log = folder / "train_log.jsonl"
-    steps = [r for r in read_jsonl(log) if "step" in r and "completion_tokens_max" in r] if log.is_file() else []
+    steps = [r for r in read_jsonl(log) if "step" in r and "completion_tokens_max" in r] if jsonl_exists(log) else []
     if not steps:
         return {"steps": 0, "steps_at_cap": None, "cap_hit_rate_upper_bound": None, "longest": None}
     at_cap = sum(int(r["completion_tokens_max"]) >= cap for r in steps)

@@ -33,8 +33,9 @@ def bands(root: str | Path) -> tuple[dict[str, pd.DataFrame], int]:
 
 def band_stability(root: str | Path, bands_: dict[str, pd.DataFrame], g: int, climb: dict, seed_list) -> pd.DataFrame | None:
     """Band membership and success rates on the first and a second draw of the pool (``bands-redraw/``),
-    the share of all-equal groups each predicts, and that share in RL steps 1–5 (runs that did not
-    collapse); None when no second draw was recorded."""
+    the share of all-equal groups each predicts (on the first draw's band, and on the problems in the band in
+    both draws, which the matched design's climbs train on), and that share in RL steps 1–5 (runs that did not
+    collapse; nan when every run of an arm collapsed); None when no second draw was recorded."""
     redraw = Path(root) / "bands-redraw"
     if not redraw.exists():
         return None
@@ -45,13 +46,16 @@ def band_stability(root: str | Path, bands_: dict[str, pd.DataFrame], g: int, cl
         in1 = (j.n_correct > 0) & (j.n_correct < g)
         in2 = j["n_correct redraw"].between(1, g - 1)
         p1, p2 = j.loc[in1, "n_correct"] / g, j.loc[in1, "n_correct redraw"] / g
-        early = pd.concat([climb["logs"][a][k][climb["logs"][a][k].step <= 5] for k in seed_list
-                           if (a, k) not in climb["collapsed"]])
+        kept = [climb["logs"][a][k][climb["logs"][a][k].step <= 5] for k in seed_list if (a, k) not in climb["collapsed"]]
+        early = pd.concat(kept) if kept else pd.DataFrame({"frac_groups_all_equal": [float("nan")]})
+        both = in1 & in2  # the matched design's climbs train on these
+        pb = j.loc[both, "n_correct redraw"] / g
         rows.append({"arm": ARMS[a], "band, first draw": int(in1.sum()), "band, redraw": int(in2.sum()),
                      "in both": int((in1 & in2).sum()), "first band kept": (in1 & in2).sum() / in1.sum(),
                      "mean p, first draw": p1.mean(), "mean p, redraw (same problems)": p2.mean(),
                      "all-equal groups expected (first draw)": (p1 ** g + (1 - p1) ** g).mean(),
                      "all-equal groups expected (redraw)": (p2 ** g + (1 - p2) ** g).mean(),
+                     "all-equal groups expected (in both draws, redraw)": (pb ** g + (1 - pb) ** g).mean(),
                      "all-equal groups in RL steps 1–5": early.frac_groups_all_equal.mean()})
     return pd.DataFrame(rows).set_index("arm")
 
