@@ -59,6 +59,8 @@ def _run(tmp_path, think_changes=None, commits=("aaa", "aaa")):
             start = 0.58 if arm == "panel" else 0.85
             _lines(climb / "heldout_trajectory.jsonl", [{"step": s, "heldout_mean": start, "cap_hits": 2 if s else 0,
                                                          "per_level": {"olympiad": start}} for s in (0, 20, 40)])
+        for arm in ("panel", "think"):
+            _write(root / f"seed-{k}/eval/cap-1024/{arm}/manifest.json", {"settings": {"n": 8}})
         _write(root / f"seed-{k}/eval/manifest.json",
                {"git_commit": commit, "cap_hits": {"cap-1024/panel": {"samples": 4800, "cap_hit_rate": 0.0},
                                                    "cap-1024/think": {"samples": 4800, "cap_hit_rate": 18 / 4800}}})
@@ -110,16 +112,23 @@ def test_climb_design_and_commits_come_from_the_records(tmp_path):
     assert "zzz" not in made and D.dirty(made) == ["bbb-dirty"]  # the run folder's manifest is not a stage record
 
 
-def test_power_is_not_claimed_where_nothing_varies(monkeypatch):
-    flat = {"tiny-panel accuracy": {"p": 0.0, "samples": 36, "between_sd": 0.0},
-            "tiny-think accuracy": {"p": 0.0, "samples": 36, "between_sd": 0.0},
-            "panel climb gain": {"p": 0.0, "samples": 8, "between_sd": 0.0},
-            "think climb gain": {"p": 0.0, "samples": 8, "between_sd": 0.0}}
+def test_power_is_not_claimed_where_nothing_varies(monkeypatch, tmp_path):
+    root = _run(tmp_path)
+    flat = {"tiny-panel accuracy": {"p": 0.0, "samples": 4800, "between_sd": 0.0},
+            "tiny-think accuracy": {"p": 0.0, "samples": 4800, "between_sd": 0.0},
+            "panel climb gain": {"p": 0.0, "samples": 400, "between_sd": 0.0},
+            "think climb gain": {"p": 0.0, "samples": 400, "between_sd": 0.0}}
     monkeypatch.setattr(D, "spread", lambda root, seeds, cap: flat)
-    table = D.power_table("unused", [0, 1], 48)
+    table = D.power_table(root, [0, 1], 1024)
     assert table["MDE at the run's size"].isna().all() and table["seeds needed"].isna().all()
     moving = {k: {**v, "p": 0.6, "between_sd": 0.015} for k, v in flat.items()}
     monkeypatch.setattr(D, "spread", lambda root, seeds, cap: moving)
-    table = D.power_table("unused", [0, 1, 2, 3, 4], 48).set_index("comparison")
-    assert table.loc["think − panel", "seeds needed"] >= 5
-    assert 0 < table.loc["think − panel", "MDE at the run's size"] < 1
+    table = D.power_table(root, [0, 1], 1024).set_index("comparison")
+    row = table.loc["think − panel"]
+    assert row["samples per problem"] == 8 and row["problems run"] == 600  # 4,800 samples of 8 per problem
+    assert row["seeds needed"] >= 5 and 0 < row["MDE at the run's size"] < 1
+    assert table.loc["hill-climb gain, panel arm", "problems run"] == 100  # 400 held-out samples of 4
+    from polyvox.studies.world import power
+
+    c = power.arm_difference(0.6, 0.015, samples=8)
+    assert row["MDE at the run's size"] == pytest.approx(power.mde(c, 2, 600))

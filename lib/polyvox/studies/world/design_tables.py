@@ -226,28 +226,32 @@ def spread(root: str | Path, seed_list, cap: int) -> dict:
 
 def power_table(root: str | Path, seed_list, cap: int) -> pd.DataFrame:
     """Per comparison of the design (:mod:`.power`): the effect to detect, the spread and p measured on the
-    run's own seeds, the seeds and held-out problems 80 % power needs, what the run has, its power there and
-    its minimum detectable effect."""
+    run's own seeds, the seeds and held-out problems (at the run's samples per problem) 80 % power needs, what
+    the run has, its power there and its minimum detectable effect. The model is conditional on the problem set
+    (binomial sampling at the mean accuracy, plus the between-seed spread)."""
+    root = Path(root)
     sp = spread(root, seed_list, cap)
     rows = []
     arm_sd = [v["between_sd"] for key, v in sp.items() if key.endswith("accuracy") and v["between_sd"] is not None]
     ev = sp[f"{layout.SYSTEMS[0]} accuracy"]
-    problems_eval = ev["samples"]  # samples of one seed's evaluation; problems × samples per problem
+    per_problem_eval = int(_json(layout.eval_folder(root, seed_list[0], cap, layout.SYSTEMS[0]) / "manifest.json")
+                           ["settings"]["n"])
     items = [("think − panel", power.arm_difference, max(arm_sd) if arm_sd else 0.0,
-              sum(v["p"] for k, v in sp.items() if k.endswith("accuracy")) / 2, problems_eval)]
+              sum(v["p"] for k, v in sp.items() if k.endswith("accuracy")) / 2, ev["samples"], per_problem_eval)]
     for arm in ARMS:
         v = sp[f"{arm} climb gain"]
+        m = int(_json(root / f"seed-{seed_list[0]}" / f"hillclimb-{arm}" / "manifest.json")["config"]["heldout_samples"])
         items.append((f"hill-climb gain, {ARMS[arm]} arm", power.climb_gain, v["between_sd"] or 0.0, v["p"],
-                      v["samples"]))
-    for name, make, sd, p, n_samples in items:
-        c = make(p, sd, samples=1)
+                      v["samples"], m))
+    for name, make, sd, p, n_samples, m in items:
+        c = make(p, sd, samples=m)
         d = power.design(c)
-        have = len(seed_list)
+        have, problems = len(seed_list), n_samples // m
         # no variance at all (every outcome 0 or 1 and no spread between seeds): power and MDE say nothing
         estimable = have > 1 and (sd > 0 or 0 < p < 1)
         rows.append({"comparison": name, "effect to detect": c.effect, "σ between seeds": sd, "p": p,
-                     "seeds needed": d.seeds if estimable else None, "samples needed": d.problems if estimable else None,
-                     "seeds run": have, "samples run": n_samples,
-                     "power at the run's size": power.power(c, have, n_samples) if estimable else None,
-                     "MDE at the run's size": power.mde(c, have, n_samples) if estimable else None})
+                     "samples per problem": m, "seeds needed": d.seeds if estimable else None,
+                     "problems needed": d.problems if estimable else None, "seeds run": have, "problems run": problems,
+                     "power at the run's size": power.power(c, have, problems) if estimable else None,
+                     "MDE at the run's size": power.mde(c, have, problems) if estimable else None})
     return pd.DataFrame(rows)

@@ -394,7 +394,8 @@ class Comparison:
         return {"across seeds": word if n_sig == k or k < 2 else
                 f"{word}, carried by {n_sig} of {k} seeds (the other{'s' if k - n_sig > 1 else ''} not significant alone)",
                 "every seed": f"{word} in every seed, each significant (the across-seed interval holds 0)",
-                "pooled only": f"{word} on the pooled test only, not across seeds; {self.mde_text(what)} across seeds",
+                "pooled only": f"{word} on the pooled test only — a test of these seeds' samples, conditional on the "
+                               f"seeds, not across seeds; {self.mde_text(what)} across seeds",
                 "none": f"{neither} — {self.mde_text(what)}"}[self.kind()]
 
     def seeds_sentence(self) -> str:
