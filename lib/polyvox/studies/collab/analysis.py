@@ -468,13 +468,33 @@ def bootstrap_draws(a, b, draws: int = 10_000, seed: int = 0) -> np.ndarray:
     return np.einsum("rk,kq,rq->r", cs, d, cq) / (k * n)
 
 
-def bootstrap_interval(a, b, level: float = 0.95, draws: int = 10_000, seed: int = 0) -> tuple[float, float]:
-    """Percentile interval of the accuracy difference A − B from :func:`bootstrap_draws` (crossed over seeds and
-    questions). Every draw is a mean of differences in [−1, 1], so the interval stays in [−1, 1]; resampling
-    whole seeds as well as questions widens it by the training runs' variation (a crossed bootstrap is, if
-    anything, conservative); with one seed it is the percentile bootstrap over questions."""
+def bootstrap_interval(a, b, level: float = 0.95, draws: int = 10_000, seed: int = 0,
+                       small_k: bool = True) -> tuple[float, float]:
+    """Interval of the accuracy difference A − B from :func:`bootstrap_draws` (crossed over seeds and questions),
+    within [−1, 1]; with one seed the percentile bootstrap over questions.
+
+    With a few seeds the percentile interval is too narrow where the training runs' own variation dominates
+    (simulated, 3 seeds of 1,357 questions, each seed shifting each system's accuracy by σ: 0.93 coverage of a
+    nominal 95 % at σ = 2 points, 0.86 at 4; and 1.00 at σ = 0, where resampling seeds counts the questions'
+    sampling twice). So with k > 1 seeds its width is calibrated to the t interval on the seeds' mean
+    differences, t_{k−1} s / √k (s their sample standard deviation): each side of the percentile interval is
+    scaled about the point so that its mean half-width is that (its shape kept), then cut to [−1, 1]
+    (``small_k=False``: the plain percentile interval). As :func:`polyvox.studies.world.inference.seeds_problems`
+    does for Part IV; the verdicts come from the Holm-adjusted sign-flip tests, not from this interval."""
+    d = np.atleast_2d(np.asarray(a, float)) - np.atleast_2d(np.asarray(b, float))
     q = np.percentile(bootstrap_draws(a, b, draws, seed), [50 * (1 - level), 50 * (1 + level)])
-    return float(q[0]), float(q[1])
+    lo, hi = float(q[0]), float(q[1])
+    k = d.shape[0]
+    if small_k and k > 1 and hi > lo:
+        from scipy.stats import t as student
+
+        per_seed = d.mean(axis=1)
+        spread = float(per_seed.std(ddof=1))
+        if spread > 0:
+            point = float(d.mean())
+            factor = float(student.ppf((1 + level) / 2, k - 1)) * spread / np.sqrt(k) / ((hi - lo) / 2)
+            lo, hi = max(-1.0, point - factor * (point - lo)), min(1.0, point + factor * (hi - point))
+    return lo, hi
 
 
 def paired_n(diff: float, second_moment: float, alpha: float = ALPHA, power: float = 0.8) -> int:
