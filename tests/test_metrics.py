@@ -138,3 +138,14 @@ def test_t_interval_needs_two_values_for_bounds():
     assert m == 0.4 and math.isnan(lo) and math.isnan(hi)
     with pytest.raises(ValueError, match="no values"):
         t_interval([])
+
+
+@pytest.mark.parametrize("point, lo, hi, half, bounds, want", [
+    (0.5, 0.4, 0.6, 0.2, None, (0.3, 0.7)),            # symmetric: half-width 0.1 → 0.2
+    (0.5, 0.45, 0.65, 0.2, None, (0.4, 0.8)),          # asymmetric (0.05 below, 0.15 above): both sides × 2
+    (0.9, 0.85, 0.95, 0.2, (0.0, 1.0), (0.7, 1.0)),    # widened past the range: cut to it
+    (0.5, 0.4, 0.6, 0.05, None, (0.45, 0.55)),         # a narrower target narrows
+    (0.3, 0.3, 0.3, 0.2, (0.0, 1.0), (0.3, 0.3)),      # zero width: nothing to scale
+])
+def test_widen_interval_scales_about_the_point_and_cuts_to_the_range(point, lo, hi, half, bounds, want):
+    assert metrics.widen_interval(point, lo, hi, half, bounds) == pytest.approx(want)

@@ -166,6 +166,23 @@ def t_interval(x: Sequence[float], level: float = 0.95) -> tuple[float, float, f
     return m, m - h, m + h
 
 
+def widen_interval(point: float, lo: float, hi: float, half_width: float,
+                   bounds: tuple[float, float] | None = None) -> tuple[float, float]:
+    """A bootstrap interval (``lo``, ``hi``) around ``point`` rescaled so that its mean half-width is ``half_width``
+    (each side scaled by the same factor, so the bootstrap's asymmetry is kept), then cut to ``bounds``.
+
+    The book's few-seed calibration (Parts II–IV): a percentile bootstrap over k seeds is about as wide as a z
+    interval on a plug-in standard error, too narrow when the seeds' own spread dominates; each study computes the
+    half-width a t interval with the right degrees of freedom would have and passes it here. An interval of zero
+    width is returned as it is (nothing to scale)."""
+    if hi > lo:
+        factor = half_width / ((hi - lo) / 2)
+        lo, hi = point - factor * (point - lo), point + factor * (hi - point)
+    if bounds is not None:
+        lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
+    return float(lo), float(hi)
+
+
 def seed_bootstrap(groups, combine: Callable | None = None, n_boot: int = 4000, level: float = 0.95,
                    seed: int = 0) -> tuple[float, float, float]:
     """Across-seed mean and a percentile bootstrap interval over seeds × problems: the book's across-seed interval.

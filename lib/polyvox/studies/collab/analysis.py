@@ -491,9 +491,8 @@ def bootstrap_interval(a, b, level: float = 0.95, draws: int = 10_000, seed: int
         per_seed = d.mean(axis=1)
         spread = float(per_seed.std(ddof=1))
         if spread > 0:
-            point = float(d.mean())
-            factor = float(student.ppf((1 + level) / 2, k - 1)) * spread / np.sqrt(k) / ((hi - lo) / 2)
-            lo, hi = max(-1.0, point - factor * (point - lo)), min(1.0, point + factor * (hi - point))
+            half = float(student.ppf((1 + level) / 2, k - 1)) * spread / np.sqrt(k)
+            lo, hi = metrics.widen_interval(float(d.mean()), lo, hi, half, (-1.0, 1.0))
     return lo, hi
 
 

@@ -40,6 +40,7 @@ import pandas as pd
 from scipy import stats
 
 from ...judge.tallies import SCORE
+from ...metrics import widen_interval
 from ..world.inference import holm, z_sum
 
 ALPHA, POWER, EFFECT, MIN_SEEDS = 0.05, 0.8, 0.10, 3  # issue 22: 10 points at 80 % power, at least 3 seeds per arm
@@ -133,9 +134,7 @@ def pooled(frames, n_boot: int = N_BOOT, seed: int = 0, level: float = 0.95) -> 
     if se <= 1e-12:
         return {**out, "win_rate": wr, "ci_low": lo, "ci_high": hi, "se": 0.0, "p": 1.0, "df": df}
     q = float(stats.norm.ppf((1 + level) / 2) if math.isinf(df) else stats.t.ppf((1 + level) / 2, df))
-    if hi > lo:
-        factor = q * se / ((hi - lo) / 2)
-        lo, hi = max(0.0, wr - factor * (wr - lo)), min(1.0, wr + factor * (hi - wr))
+    lo, hi = widen_interval(wr, lo, hi, q * se, (0.0, 1.0))
     p = float(2 * (stats.norm.sf(abs(wr - 0.5) / se) if math.isinf(df) else stats.t.sf(abs(wr - 0.5) / se, df)))
     return {**out, "win_rate": wr, "ci_low": lo, "ci_high": hi, "se": se, "p": p, "df": df}
 

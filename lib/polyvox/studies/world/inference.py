@@ -26,6 +26,8 @@ from typing import Callable
 import numpy as np
 from scipy import stats
 
+from ...metrics import widen_interval
+
 ALPHA = 0.05
 POWER = 0.8
 from .power import mde_two_proportions, power_two_proportions  # noqa: E402,F401 - closed forms, beside the design
@@ -190,9 +192,8 @@ def seeds_problems(groups, combine: Callable | None = None, n_boot: int = N_BOOT
         z = float(stats.norm.ppf((1 + level) / 2))
         t_q = float(stats.t.ppf((1 + level) / 2, k - 1))
         se_eff = t_q / z * math.sqrt(var_mean)
-        factor = t_q * math.sqrt(var_mean) / ((hi - lo) / 2) if hi > lo else 1.0  # the replicates' own half-width
-        lo, hi = point - factor * (point - lo), point + factor * (hi - point)
-    if bounds is not None:
+        lo, hi = widen_interval(point, lo, hi, t_q * math.sqrt(var_mean), bounds)
+    elif bounds is not None:
         lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
     return Interval(point, lo, hi, float(reps.std(ddof=1)), k, per_seed, method, se_eff)
 
