@@ -170,6 +170,11 @@ def test_the_smoke_scale_runs_every_new_stage_through_the_launcher_and_ships(tmp
         for arm in W.ARMS:
             rec = json.loads((out / f"seed-{k}/rl-{arm}/stage.json").read_text())
             assert rec["status"] == "complete" and "steps_at_cap" in rec["cap_hits"]
+            # the stage record counts what the cap cut (GRPO's logged cap_hits), as the chapter's table does
+            per_step = s["rl"]["prompts"] * s["rl"]["group"]
+            assert rec["cap_hits"]["completions"] == per_step * sum(s["rl"]["stage_steps"])
+            assert rec["cap_hits"]["cap_hit_rate"] == pilot.logged_cap_hits(
+                out / f"seed-{k}/rl-{arm}/train_log.jsonl", per_step)[0]
             climb = json.loads((out / f"seed-{k}/hillclimb-{arm}/stage.json").read_text())
             assert climb["heldout_levels"] and "both" in climb["band"]
             assert json.loads((out / f"seed-{k}/rl-{arm}/manifest.json").read_text())["config"]["model"].endswith(

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ...jsonl import exists as jsonl_exists
 from . import layout, power
+from .pilot import logged_cap_hits
 from .run_tables import ARMS
 
 FORMAT_FIELDS = ("arm", "reward")  # the fields that name the format and its format reward
@@ -96,18 +96,6 @@ def _sampling_cap(rec: dict) -> int | None:
     return next(iter(caps.values()), None)
 
 
-def _logged_hits(log: Path, per_row: int) -> tuple[float, int] | None:
-    """(share cut, completions) summed over a trainer log's rows that count their cut completions (``cap_hits``),
-    ``per_row`` completions each; None when the log counts none."""
-    from .logs import records
-
-    rows = [r for r in records(log) if "cap_hits" in r] if jsonl_exists(log) else []  # plain or stored gzipped
-    if not rows:
-        return None
-    n = per_row * len(rows)
-    return sum(int(r["cap_hits"]) for r in rows) / n, n
-
-
 def cap_hits(root: str | Path, seed_list) -> pd.DataFrame:
     """One row per stage run and arm: its cap, the share of answers cut and whether it is below
     :data:`CAP_HIT_LIMIT` — for RL runs and hill-climbs their training completions and, as rows of their own,
@@ -126,14 +114,14 @@ def cap_hits(root: str | Path, seed_list) -> pd.DataFrame:
             rec, folder = stage_record(root, st, k), root / f"seed-{k}" / st
             cfg = _json(folder / "manifest.json")["config"]
             kind, arm = st.split("-")
-            logged = _logged_hits(folder / "train_log.jsonl", cfg["group_size"] * cfg["prompts_per_step"])
+            logged = logged_cap_hits(folder / "train_log.jsonl", cfg["group_size"] * cfg["prompts_per_step"])
             if logged is not None:
                 add(kind, k, arm, _sampling_cap(rec), logged[0], "training completions", logged[1])
             else:  # a log from before GRPO counted its cut completions: the bound its longest completions allow
                 h = rec["cap_hits"]
                 add(kind, k, arm, _sampling_cap(rec), h["cap_hit_rate_upper_bound"],
                     "steps with a completion at the cap (an upper bound)", h["steps"])
-            held = _logged_hits(folder / "heldout_trajectory.jsonl", cfg["heldout_problems"] * cfg["heldout_samples"])
+            held = logged_cap_hits(folder / "heldout_trajectory.jsonl", cfg["heldout_problems"] * cfg["heldout_samples"])
             if held is not None:
                 add(f"{kind} held-out", k, arm, _sampling_cap(rec), held[0], "held-out completions", held[1])
         rec = stage_record(root, "eval", k)

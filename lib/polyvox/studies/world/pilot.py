@@ -16,9 +16,9 @@ Held-out levels. :func:`choose_levels` keeps the levels on which every arm's sta
 untrained start (tiny-base has not learnt the panel format, so its panel accuracy is near 0); the
 hill-climbs apply it to the first band draw, which samples exactly their starting points.
 
-Cap hits per stage (:func:`sample_cap_hits` for sampled runs; :func:`rl_cap_hits` for an RL run: the
-share of training steps in which at least one completion reached the cap, an upper bound on the share
-of completions, since GRPO's step log records the longest completion of a step, not a count).
+Cap hits per stage (:func:`sample_cap_hits` for sampled runs; :func:`rl_cap_hits` for an RL run: the share
+of its completions cut, from the counts GRPO logs in every step and held-out evaluation, :func:`logged_cap_hits`;
+for a log from before those counts, the share of steps whose longest completion reached the cap, an upper bound).
 """
 from __future__ import annotations
 
@@ -149,16 +149,30 @@ def sample_cap_hits(folder) -> dict:
             "lengths": _quantiles([r["completion_tokens"] for r in rows])}
 
 
-def rl_cap_hits(folder, cap: int) -> dict:
-    """An RL run's cap hits from its step log: the share of steps whose longest completion reached ``cap`` (an
-    upper bound on the share of completions cut) and the longest completion of all."""
+def logged_cap_hits(log, per_row: int) -> tuple[float, int] | None:
+    """(share cut, completions) over a GRPO log's rows that count their cut completions (``cap_hits``: the
+    train log's steps, the held-out trajectory's evaluations), ``per_row`` completions each; None when the log
+    (plain or stored gzipped) counts none."""
+    rows = [r for r in read_jsonl(log) if "cap_hits" in r] if jsonl_exists(log) else []
+    if not rows:
+        return None
+    n = per_row * len(rows)
+    return sum(int(r["cap_hits"]) for r in rows) / n, n
+
+
+def rl_cap_hits(folder, cap: int, per_step: int | None = None) -> dict:
+    """An RL run's cap hits from its step log: the share of its completions the cap cut, counted (GRPO logs
+    ``cap_hits`` per step; ``per_step`` completions each), and the share of steps whose longest completion
+    reached ``cap`` (an upper bound, all a log from before that count allows), with the longest completion."""
     log = folder / "train_log.jsonl"
     steps = [r for r in read_jsonl(log) if "step" in r and "completion_tokens_max" in r] if jsonl_exists(log) else []
+    counted = logged_cap_hits(log, per_step) if per_step else None
+    exact = {"cap_hit_rate": counted[0], "completions": counted[1]} if counted else {}
     if not steps:
-        return {"steps": 0, "steps_at_cap": None, "cap_hit_rate_upper_bound": None, "longest": None}
+        return {"steps": 0, "steps_at_cap": None, "cap_hit_rate_upper_bound": None, "longest": None, **exact}
     at_cap = sum(int(r["completion_tokens_max"]) >= cap for r in steps)
     return {"steps": len(steps), "steps_at_cap": at_cap, "cap_hit_rate_upper_bound": at_cap / len(steps),
-            "longest": max(int(r["completion_tokens_max"]) for r in steps)}
+            "longest": max(int(r["completion_tokens_max"]) for r in steps), **exact}
 
 
 def band_accuracy(rows: list[dict]) -> dict[str, float]:

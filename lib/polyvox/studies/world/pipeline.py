@@ -125,6 +125,11 @@ def _rl_stages(s: dict) -> tuple[list, list]:
     return [grpo.Stage("easy", easy, steps[0]), grpo.Stage("hard", hard, steps[1])], heldout
 
 
+def _per_step(s: dict) -> int:
+    """Completions an RL step samples: prompts × group."""
+    return s["rl"]["prompts"] * s["rl"]["group"]
+
+
 def read_pilot(out: Path) -> dict | None:
     path = out / "pilot" / "summary.json"
     return json.loads(path.read_text()) if path.is_file() else None
@@ -150,7 +155,7 @@ def rl(out: Path, s: dict, arm: str, seed: int = 0) -> dict:
     folder = _seed_dir(out, seed) / f"rl-{arm}"
     rl_stages, heldout = _rl_stages(s)
     grpo.train(_rl_config(out, s, seed, arm, folder, rl_stages, heldout))
-    return {**checked, "cap_hits": _pilot.rl_cap_hits(folder, s["sampling"]["max_tokens"])}
+    return {**checked, "cap_hits": _pilot.rl_cap_hits(folder, s["sampling"]["max_tokens"], _per_step(s))}
 
 
 # the systems as sampled: (model folder, adapter folder or None, format)
@@ -298,7 +303,7 @@ def hillclimb(out: Path, s: dict, arm: str, seed: int = 0) -> dict:
                           [grpo.Stage("band", [pool[i] for i in ids], s["rl"]["climb_steps"])], heldout, init,
                           climb=True))
     return {**checked, "band": stability, "band_problems": len(ids), "heldout_levels": levels,
-            "heldout_levels_dropped": dropped, "cap_hits": _pilot.rl_cap_hits(folder, s["sampling"]["max_tokens"])}
+            "heldout_levels_dropped": dropped, "cap_hits": _pilot.rl_cap_hits(folder, s["sampling"]["max_tokens"], _per_step(s))}
 
 
 # stage -> the scale sections its outputs depend on
