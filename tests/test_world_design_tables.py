@@ -132,3 +132,17 @@ def test_power_is_not_claimed_where_nothing_varies(monkeypatch, tmp_path):
 
     c = power.arm_difference(0.6, 0.015, samples=8)
     assert row["MDE at the run's size"] == pytest.approx(power.mde(c, 2, 600))
+
+
+def test_matched_is_one_rule_for_every_page(tmp_path, root):
+    assert D.matched(_run(tmp_path), [0, 1])
+    assert not D.matched(_run(tmp_path / "lr", {"learning_rate": 1e-3}), [0, 1])
+    assert not D.matched(root / "data/runs/world", [0, 1, 2])  # the panel-only recording
+
+
+def test_a_damaged_record_is_one_line_naming_it(tmp_path):
+    root = _run(tmp_path)
+    (root / "seed-1/rl-think/manifest.json").write_text('{"config": {"arm": "think", "arm": "panel"}}')
+    with pytest.raises(ValueError) as e:
+        D.recipe_differences(root, [0, 1])
+    assert "seed-1/rl-think/manifest.json" in str(e.value) and "\n" not in str(e.value)

@@ -207,15 +207,15 @@ def _world(root: Path) -> list[Finding]:
     the chapter's bootstrap over seeds, then problems (or held-out samples within their level), inside
     the range the quantity allows; a null carries its minimum detectable effect; the wording is the
     comparison's own (``Comparison.verdict``). "Matched" is said only of a run of the matched design whose two
-    arms' RL manifests differ in the format and its reward alone (``design_tables.recipe_differences``)."""
+    arms' RL manifests differ in the format and its reward alone (``design_tables.matched``)."""
     from ..studies.world import analysis as W
 
-    from ..studies.world import design_tables as D, layout
+    from ..studies.world import design_tables as D
 
     w = root / "data" / "runs" / "world"
     seeds = W.seeds(w)
     t = W.tests(w, seeds)
-    matched = t["design"] == layout.MATCHED and D.recipe_differences(w, seeds)[1]
+    matched = D.matched(w, seeds)
     fam, (small, large) = t["tests"], (t["caps"][0], t["caps"][-1])
     big, little = fam[W.cap_key(large)], (fam[W.cap_key(small)] if small != large else None)
     words = ("tiny-think higher", "tiny-panel higher", "no difference distinguishable across seeds")
@@ -292,7 +292,7 @@ def overview(root: Path) -> str:
     from ..studies.world import design_tables as D, layout
 
     rl = W.manifest(layout.rl_folders(world, seeds[0])["panel"])["config"]
-    matched = layout.of(world) == layout.MATCHED and D.recipe_differences(world, seeds)[1]
+    matched = D.matched(world, seeds)
     return "\n".join([
         "The book studies three published systems:", "",
         f"1. **A panel of experts trained by RL** (Part I): {PUBLISHED['panel']}"

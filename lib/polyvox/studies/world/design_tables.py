@@ -18,11 +18,12 @@
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
+from ...jsonl import read_json
+from ...stages import STAGE_RECORD
 from . import layout, power
 from .pilot import logged_cap_hits
 from .run_tables import ARMS
@@ -33,14 +34,14 @@ CAP_HIT_LIMIT = 0.01  # issue 21: cap-hit rates stay below 1 % in every stage
 
 
 def _json(path: Path) -> dict:
-    return json.loads(path.read_text())
+    return read_json(path)  # strict: a damaged record is one line naming the file
 
 
 def stage_record(root: str | Path, stage: str, seed: int | None = None) -> dict:
     """A stage's record: ``stage.json`` where the folder hosts a GRPO run (its manifest.json is GRPO's), else
     ``manifest.json``."""
     folder = Path(root) / (f"seed-{seed}/{stage}" if seed is not None else stage)
-    return _json(folder / "stage.json") if (folder / "stage.json").is_file() else _json(folder / "manifest.json")
+    return _json(folder / STAGE_RECORD) if (folder / STAGE_RECORD).is_file() else _json(folder / "manifest.json")
 
 
 def recipe_differences(root: str | Path, seed_list) -> tuple[pd.DataFrame, bool]:
@@ -53,13 +54,20 @@ def recipe_differences(root: str | Path, seed_list) -> tuple[pd.DataFrame, bool]
             if key in PER_RUN_FIELDS:
                 continue
             a, b = cfg["panel"].get(key), cfg["think"].get(key)
-            if key == "stages":  # problems by id: a stage's problem list is the same set drawn with one seed
+            if key == "stages":  # the manifests record each stage's problem count; ids: scale_differences
                 a = [(s["name"], s["steps"], s.get("problems")) for s in a]
                 b = [(s["name"], s["steps"], s.get("problems")) for s in b]
             if a != b:
                 rows.append({"seed": k, "field": key, "panel": str(a), "think": str(b)})
     df = pd.DataFrame(rows, columns=["seed", "field", "panel", "think"])
     return df, set(df.field) <= set(FORMAT_FIELDS)
+
+
+def matched(root: str | Path, seed_list) -> bool:
+    """Whether the run is of the matched design and its arms' RL manifests differ in the format and its reward
+    alone (:func:`recipe_differences`): the one rule by which the chapter, the findings and the intro say
+    "matched"."""
+    return layout.of(root) == layout.MATCHED and recipe_differences(root, seed_list)[1]
 
 
 def scale_differences(root: str | Path) -> list[str]:
@@ -169,7 +177,7 @@ def commits(root: str | Path) -> dict[str, list[str]]:
     root = Path(root)
     out: dict[str, list[str]] = {}
     for f in sorted(root.rglob("*.json")):
-        if f.name not in ("manifest.json", "stage.json") or f.parent == root:
+        if f.name not in ("manifest.json", STAGE_RECORD) or f.parent == root:
             continue
         c = _json(f).get("git_commit")
         if c:
