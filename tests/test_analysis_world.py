@@ -398,3 +398,26 @@ def test_the_difference_of_gains_and_its_tests():
     c = I.Comparison("g", I.Interval(0.1, 0.05, 0.15, 0.02, 3, (0.1, 0.09, 0.11)), [0, 1, 2], [0.01] * 3, 0.002,
                      W.T_OVER_SEEDS, monte_carlo=False)
     assert "random permutations" not in c.seeds_sentence() and W.T_OVER_SEEDS in c.seeds_sentence()
+
+
+def test_an_evaluation_is_read_once_until_its_file_changes(tmp_path, monkeypatch):
+    """load_eval remembers each graded file by its stat: a second call reads nothing, edits to a returned frame do
+    not reach the next one, and a rewritten file is read again."""
+    import shutil
+
+    from polyvox import runs
+
+    root = tmp_path / "w"
+    for s in ("tiny-panel", "tiny-think"):
+        shutil.copytree(WORLD / "seed-0/eval/cap-256" / s, root / "seed-0/eval/cap-256" / s)
+    (root / "seed-0/panel-rl").mkdir(parents=True)  # the panel-only layout's marker
+    reads = []
+    real = runs.graded_samples
+    monkeypatch.setattr(runs, "graded_samples", lambda p: reads.append(p) or real(p))
+    first = W.load_eval(root, 0, 256)
+    first["tiny-panel"]["correct"] = False
+    again = W.load_eval(root, 0, 256)
+    assert len(reads) == 2 and again["tiny-panel"].correct.any()
+    graded = root / "seed-0/eval/cap-256/tiny-think/graded.jsonl"
+    graded.write_text("".join(graded.read_text().splitlines(keepends=True)[:40]))
+    assert len(W.load_eval(root, 0, 256)["tiny-think"]) == 40 and len(reads) == 3

@@ -66,16 +66,36 @@ def sweep_seed(caps_by_seed: dict[int, list[int]]) -> int:
     return max(caps_by_seed, key=lambda k: len(caps_by_seed[k]))
 
 
+_EVALS: dict[tuple, pd.DataFrame] = {}  # graded evaluations read in this process, by file and its stat
+
+
+def _graded(folder: Path) -> pd.DataFrame:
+    """One graded evaluation as a frame, read once per process while its file (plain or gzipped) is unchanged:
+    the chapter reads each seed's evaluation in five places (the family, the first-cap table, the sweep, the
+    room per level, the power table); a new frame each call."""
+    from ... import runs
+    from ...jsonl import stored
+
+    path = stored(folder / runs.GRADED)
+    try:
+        st = path.stat()
+        key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    except OSError:  # missing: the reader says so in one line
+        key = None
+    if key is None or key not in _EVALS:
+        df = runs.graded_samples(folder)
+        df["level"] = df.level.astype(str)
+        if key is None:
+            return df
+        if len(_EVALS) >= 256:
+            _EVALS.pop(next(iter(_EVALS)))
+        _EVALS[key] = df
+    return _EVALS[key].copy()
+
+
 def load_eval(root: str | Path, seed: int, cap: int) -> dict[str, pd.DataFrame]:
     """Graded samples of both systems at one seed and cap; ``level`` as text (1 … 5 and "olympiad")."""
-    from ... import runs
-
-    out = {}
-    for s in SYSTEMS:
-        df = runs.graded_samples(layout.eval_folder(root, seed, cap, s))
-        df["level"] = df.level.astype(str)
-        out[s] = df
-    return out
+    return {s: _graded(layout.eval_folder(root, seed, cap, s)) for s in SYSTEMS}
 
 
 # ---------------------------------------------------------------- verdicts
