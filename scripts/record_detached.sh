@@ -12,7 +12,7 @@
 #                                                      in DEST, leaving out TRL checkpoints and safetensors
 #                                                      weights (pack those apart, when a later stage needs them)
 #   scripts/record_detached.sh unstick RUN_DIR SECONDS kill (SIGKILL, its process group) the holder of every stage
-#                                                      folder's lock under RUN_DIR whose folder and launcher log
+#                                                      folder's lock held now under RUN_DIR whose folder and log
 #                                                      have not changed for SECONDS: a launcher without its own
 #                                                      stall watch then sees that stage fail, runs the rest, and
 #                                                      a later start resumes it ('watch' does this every pass
@@ -22,18 +22,22 @@
 set -u
 tmp=${TMPDIR:-/tmp}
 unstick() {  # RUN_DIR SECONDS
-  local run=$1 secs=$2 lock folder pid log newest now
+  local run=$1 secs=$2 lock folder pid pgid log newest now
   now=$(date +%s)
   while IFS= read -r lock; do
     folder=$(dirname "$lock"); pid=$(tr -dc 0-9 < "$lock")
     [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || continue
+    # a lock file outlives its lock and names the last holder, often a launcher worker that lives on to run
+    # other stages: act only on a lock that is held now (flock(1) cannot take it), never on its file alone
+    flock -n -E 75 "$lock" true; [[ $? == 75 ]] || continue
     [[ $folder == "$run" ]] && continue  # the root: the launcher itself
     log="$run/launch/rank-0/$(realpath --relative-to="$run" "$folder" | sed 's#/#__#g').log"
     newest=$(find "$folder" "$log" -type f -printf '%T@\n' 2>/dev/null | sort -n | tail -1)
     newest=${newest%.*}
     if [[ -n $newest ]] && (( now - newest > secs )); then
       echo "unstick: $folder: nothing written for $((now - newest)) s; killing pid $pid's process group"
-      kill -9 -- "-$(ps -o pgid= "$pid" | tr -d ' ')" 2>/dev/null || kill -9 "$pid"
+      pgid=$(awk '{print $5}' "/proc/$pid/stat" 2>/dev/null)  # /proc, not ps: a bare image may lack procps
+      kill -9 -- "-${pgid:-$pid}" 2>/dev/null || kill -9 "$pid"
     fi
   done < <(find "$run" -name .lock -type f 2>/dev/null)
 }

@@ -36,25 +36,37 @@ def test_start_watch_and_exit_statuses(tmp_path):
     assert _run(tmp_path, "watch", "1", "never").returncode == 1
 
 
-def test_unstick_kills_the_holder_of_a_silent_stage_only(tmp_path):
+def test_unstick_kills_the_holder_of_a_held_silent_stage_only(tmp_path):
+    """Only a lock held now counts: a released lock file still names its last holder, often a launcher worker
+    that lives on to run other stages (on the H200 an unstick that trusted the file killed the workers running
+    the hill-climbs, 15 minutes after they had finished the pilot)."""
     run = tmp_path / "run"
     (run / "launch" / "rank-0").mkdir(parents=True)
-    pids = {}
-    for name in ("stuck", "busy"):
+    procs = {}
+    for name in ("stuck", "busy", "released"):
         folder = run / "seed-0" / name
         folder.mkdir(parents=True)
-        proc = subprocess.Popen(["sleep", "300"], start_new_session=True)
-        (folder / ".lock").write_text(f"{proc.pid}\n")
-        pids[name] = proc
+        lock = folder / ".lock"
+        lock.touch()
+        hold = ["flock", str(lock)] if name != "released" else []  # "released": a live process, no lock
+        procs[name] = subprocess.Popen([*hold, "sleep", "300"], start_new_session=True)
+        lock.write_text(f"{procs[name].pid}\n")
+    deadline = time.time() + 10
+    while time.time() < deadline and subprocess.run(["flock", "-n", str(run / "seed-0" / "busy" / ".lock"),
+                                                      "true"]).returncode == 0:
+        time.sleep(0.05)  # until both holders have taken their locks
     old = time.time() - 600
-    for f in [run / "seed-0" / "stuck" / ".lock"]:
-        os.utime(f, (old, old))
+    for name in ("stuck", "released"):
+        os.utime(run / "seed-0" / name / ".lock", (old, old))
     (run / "seed-0" / "busy" / "train_log.jsonl").write_text("{}\n")  # written just now
     out = _run(tmp_path, "unstick", str(run), "60")
-    assert "seed-0/stuck: nothing written" in out.stdout and "busy" not in out.stdout
-    pids["stuck"].wait(timeout=10)
-    assert pids["stuck"].returncode == -9 and _alive(pids["busy"].pid)
-    pids["busy"].kill()
+    assert "seed-0/stuck: nothing written" in out.stdout
+    assert "busy" not in out.stdout and "released" not in out.stdout
+    procs["stuck"].wait(timeout=10)
+    assert procs["stuck"].returncode == -9
+    assert _alive(procs["busy"].pid) and _alive(procs["released"].pid)
+    for name in ("busy", "released"):
+        os.killpg(procs[name].pid, 9)
 
 
 def test_pack_leaves_out_weights_and_checkpoints_in_pieces(tmp_path):
