@@ -13,6 +13,21 @@
 #   personas -> polyvox personas run --scale h200  (recorded in data/runs/personas-h200)
 #   collab   -> polyvox collab run --scale h200    (recorded in data/runs/collab-h200, models in data/models/collab-h200)
 # Runs are resumable: a second call continues where the first stopped (same OUTDIR).
+#
+# world-v2 through the lent H200 (a call lasts at most 10 min, the machine is kept only while calls follow within
+# 30 s, and its working tree is copied afresh each call), as tried on 2026-12-02 (models to bands in 980 s):
+#   1. here: wheels the image lacks into .whl/ (trl datasets dill multiprocess math-verify latex2sympy2_extended
+#      antlr4-python3-runtime Pebble pydantic pydantic_core annotated-types typing-inspection openai jiter distro
+#      sniffio, at requirements.lock's versions); take data/runs/{personas-h200,collab-h200} and
+#      data/runs/world/{seed-*,bands*} out of the index for the calls (the tree must stay under 64 MiB; keep
+#      data/models and data/runs/world/models) and put them back before any commit;
+#   2. first call (carry .whl): copy lib configs scripts data pyproject.toml .whl to /tmp/pv, install the wheels
+#      to /tmp/site, PYTHONPATH=/tmp/pv/lib:/tmp/site, POLYVOX_GIT_COMMIT=<HEAD>, then from /tmp/pv
+#      `scripts/record_detached.sh start world bash scripts/record_h200.sh runs/world-v2 world-v2 3000` and watch;
+#   3. later calls, back to back: `cd /tmp/pv && scripts/record_detached.sh watch 540 world` (the launcher's own
+#      stall watch handles a hung stage; UNSTICK is not needed);
+#   4. last call: `python3 -m polyvox.ship runs/world-v2 /tmp/wv2`, then tar it into $OUT in pieces of <= 15 MiB
+#      (at most 8 files come back); bring the launcher logs too.
 set -u
 out=${1:-runs/world-h200}; what=${2:-world}; budget=${3:-540}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
