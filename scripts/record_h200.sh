@@ -4,6 +4,8 @@
 #   benches  -> bench/results/{sampling,rl}-h200.json  (BENCH_OUT=DIR writes them there instead;
 #               BENCH_ONLY=sampling or rl runs one; wheels in .whl/ — trl, datasets, dill,
 #               multiprocess, which the machine's image lacks — are installed to /tmp/site first)
+#   world-v2-resume -> the same, continuing the partial recording data/runs/world-v2 (copied to OUTDIR first,
+#               with the models' weights from data/models) from the commit its records name (see below)
 #   world    -> polyvox world run --scale h200     (the panel-only recording in data/runs/world; the pipeline
 #               now refuses to add to it: world-v2 replaces it)
 #   world-v2 -> polyvox world run --scale h200-v2 --parallel ${PARALLEL:-10} --mps, the models stage copied from
@@ -28,6 +30,20 @@
 #      stall watch handles a hung stage; UNSTICK is not needed);
 #   4. last call: `python3 -m polyvox.ship runs/world-v2 /tmp/wv2`, then tar it into $OUT in pieces of <= 15 MiB
 #      (at most 8 files come back); bring the launcher logs too.
+#
+# world-v2-resume (2026-12-02's partial recording; its stages name commit ba745e1):
+#   here:  scripts/device_tree.sh prepare ba745e1   (.rec = that commit's lib, configs, pyproject.toml; the index
+#          slimmed to what a world call reads; prints the size a call carries) — and `restore` before any commit;
+#   call 1 (carry .whl and .rec): rm -rf /tmp/pv; mkdir -p /tmp/pv && cp -r scripts data /tmp/pv/ &&
+#          cp -r .rec/lib .rec/configs .rec/pyproject.toml /tmp/pv/ && cd /tmp/pv && (install .whl to /tmp/site);
+#          export PYTHONPATH=/tmp/pv/lib:/tmp/site POLYVOX_GIT_COMMIT=$(cat .rec/COMMIT) PYTHONUNBUFFERED=1 (.rec/COMMIT
+#          copied to /tmp/pv too);
+#          scripts/record_detached.sh start world bash scripts/record_h200.sh runs/world-v2 world-v2-resume 3000;
+#          scripts/record_detached.sh watch 500 world; cp /tmp/world.log $OUT/; scripts/record_detached.sh pack
+#          $OUT runs/world-v2 15
+#   later calls as in step 3, each packing into $OUT: the stages left (seed 0's evaluation, both band draws, the
+#   hill-climbs) write no weights a later stage reads, so a lost machine loses only the stages in flight: copy
+#   the packed records' complete stages into data/runs/world-v2 and resume again.
 set -u
 out=${1:-runs/world-h200}; what=${2:-world}; budget=${3:-540}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
@@ -47,12 +63,18 @@ case "$what" in
       python3 bench/rl_step.py --sizes 128,512 --baseline-sizes 128 --rounds 3 --steps-per-round 3 \
         --out "$dest/rl-h200.json" 2>&1 | grep --line-buffered -v -i warning
     fi ;;
-  world-v2)
+  world-v2|world-v2-resume)
+    if [[ $what == world-v2-resume && ! -e $out/manifest.json ]]; then
+      # the shipped partial recording, with the models' weights that shipping left out (the models stage copied
+      # them from data/models); complete stages are skipped, the rest run
+      mkdir -p "$(dirname "$out")" && cp -r data/runs/world-v2 "$out" || exit 1
+      for m in tiny-base tiny-think; do cp data/models/$m/*.safetensors "$out/models/$m/" || exit 1; done
+    fi
     timeout "$budget" python3 -m polyvox.cli world run --out "$out" --scale h200-v2 \
       --models-from data/models data/runs/world/models --parallel "${PARALLEL:-10}" --mps 2>&1 | quiet | tail -30
     echo "world-v2 run exit: ${PIPESTATUS[0]}" ;;
   world|personas|collab)
     timeout "$budget" python3 -m polyvox.cli "$what" run --out "$out" --scale h200 2>&1 | quiet | tail -30
     echo "$what run exit: ${PIPESTATUS[0]}" ;;
-  *) echo "usage: $0 OUTDIR [benches|world|world-v2|personas|collab] [seconds]" >&2; exit 2 ;;
+  *) echo "usage: $0 OUTDIR [benches|world|world-v2|world-v2-resume|personas|collab] [seconds]" >&2; exit 2 ;;
 esac
