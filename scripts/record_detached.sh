@@ -10,7 +10,8 @@
 #                                                      prints each one's last progress lines and the GPU's use
 #   scripts/record_detached.sh pack DEST RUN_DIR [MiB] RUN_DIR as gzipped tar pieces of at most MiB (default 15)
 #                                                      in DEST, leaving out TRL checkpoints and safetensors
-#                                                      weights (pack those apart, when a later stage needs them)
+#                                                      weights, except those a PACK_KEEP glob names ("a/*.safetensors
+#                                                      b/*", relative to RUN_DIR): keep what a later stage reads
 #   scripts/record_detached.sh unstick RUN_DIR SECONDS kill (SIGKILL, its process group) the holder of every stage
 #                                                      folder's lock held now under RUN_DIR whose folder and log
 #                                                      have not changed for SECONDS: a launcher without its own
@@ -71,8 +72,15 @@ case "${1:-}" in
   pack)
     dest=${2:?dest}; dir=${3:?run dir}; mib=${4:-15}
     mkdir -p "$dest"
-    tar czf - --exclude='checkpoint-*' --exclude='*.safetensors' -C "$(dirname "$dir")" "$(basename "$dir")" \
-      | split -b "${mib}M" - "$dest/$(basename "$dir").tgz.part-"
+    # every file but TRL checkpoints, locks and safetensors weights; weights matching a PACK_KEEP glob (relative
+    # to RUN_DIR; * spans folders) are kept: the ones a later stage reads, so that a lost host can be resumed
+    (cd "$(dirname "$dir")" && base=$(basename "$dir") &&
+     find "$base" -type f ! -path '*/checkpoint-*' ! -name .lock -print0 | while IFS= read -r -d '' f; do
+       if [[ $f == *.safetensors ]]; then
+         k=0; for g in ${PACK_KEEP:-}; do [[ ${f#"$base"/} == $g ]] && k=1; done; (( k )) || continue
+       fi
+       printf '%s\0' "$f"
+     done | tar czf - --null -T -) | split -b "${mib}M" - "$dest/$(basename "$dir").tgz.part-"
     ls -la "$dest" ;;
   *) sed -n '2,26p' "$0" >&2; exit 2 ;;
 esac

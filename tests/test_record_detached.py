@@ -85,3 +85,18 @@ def test_pack_leaves_out_weights_and_checkpoints_in_pieces(tmp_path):
         names = tar.getnames()
     assert "wv2/seed-0/rl/train_log.jsonl" in names and "wv2/big.bin" in names
     assert not [n for n in names if n.endswith(".safetensors") or "checkpoint-" in n]
+
+
+def test_pack_keeps_the_weights_pack_keep_names(tmp_path):
+    run = tmp_path / "wv2"
+    for rel in ("seed-0/rl-panel/easy/adapter", "seed-0/rl-panel/hard/adapter", "seed-1/rl-panel/easy/adapter",
+                "models/tiny-base"):
+        (run / rel).mkdir(parents=True)
+        (run / rel / "adapter_model.safetensors").write_bytes(b"w")
+    (run / "seed-0" / ".lock").write_text("1")
+    keep = {"PACK_KEEP": "seed-0/rl-*/easy/adapter/* models/*"}
+    assert _run(tmp_path, "pack", str(tmp_path / "out"), str(run), env=keep).returncode == 0
+    with tarfile.open(next((tmp_path / "out").glob("wv2.tgz.part-*"))) as tar:
+        names = set(tar.getnames())
+    assert names == {"wv2/seed-0/rl-panel/easy/adapter/adapter_model.safetensors",
+                     "wv2/models/tiny-base/adapter_model.safetensors"}
