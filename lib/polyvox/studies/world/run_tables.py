@@ -51,7 +51,7 @@ def band_stability(root: str | Path, bands_: dict[str, pd.DataFrame], g: int, cl
         both = in1 & in2  # the matched design's climbs train on these
         pb = j.loc[both, "n_correct redraw"] / g
         rows.append({"arm": ARMS[a], "band, first draw": int(in1.sum()), "band, redraw": int(in2.sum()),
-                     "in both": int((in1 & in2).sum()), "first band kept": (in1 & in2).sum() / in1.sum(),
+                     "in both": int((in1 & in2).sum()), "first band kept": (in1 & in2).sum() / in1.sum() if in1.any() else float("nan"),
                      "mean p, first draw": p1.mean(), "mean p, redraw (same problems)": p2.mean(),
                      "all-equal groups expected (first draw)": (p1 ** g + (1 - p1) ** g).mean(),
                      "all-equal groups expected (redraw)": (p2 ** g + (1 - p2) ** g).mean(),
