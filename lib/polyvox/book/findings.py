@@ -315,7 +315,8 @@ def overview(root: Path) -> str:
            if matched else "format, the thinking comparison (against a supervised fine-tune: not matched), ")
         + "variance bands, RL on the band for *both* arms — on "
         f"{params / 1e6:.1f}-million-parameter models this project trains on arithmetic word problems it generates, "
-        f"with the same library code, {len(seeds)} RL seeds (rank-{rl['lora_rank']} LoRA, as the study's) and a "
+        f"with the same library code, {len(seeds)} RL seeds (rank-{rl['lora_rank']} LoRA, "
+        + ("as the study's" if rl["lora_rank"] == rank else f"the study's: rank {rank}") + ") and a "
         f"token-cap sweep ({', '.join(map(str, caps))} tokens), and reads the recorded runs.", ""])
 
 
