@@ -7,13 +7,19 @@
 - A local HTTP server: :func:`local_server` serves a :class:`QuietHandler` subclass on 127.0.0.1 (a
   free port) in a thread, for the clients' tests; :meth:`QuietHandler.send` writes one reply.
 - A book: :func:`make_book`, a one-chapter Jupyter Book (chapter ``x/ch``) with nothing built.
+- The shipped world run's evaluations: :func:`shipped_world` (:class:`ShippedWorld`: its first evaluated seed, that
+  seed's caps and the two systems' folders, in whichever design ``data/runs/world`` holds; graded records read
+  plain or stored gzipped; copies of their first problems).
 """
 from __future__ import annotations
 
+import gzip
 import http.server
 import json
+import shutil
 import threading
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -148,3 +154,76 @@ def make_book(root: Path, code: str, parameters: str = 'n = 1\nrun_dir = "runs/x
     nbformat.write(nb, root / "notebooks/x/ch.ipynb")
     (root / "data").mkdir(exist_ok=True)
     return root
+
+
+# ---------------------------------------------------------------- the shipped world run's evaluations
+
+@dataclass(frozen=True)
+class ShippedWorld:
+    """The evaluations of the world run ``data/runs/world`` ships, in whichever design it holds
+    (:func:`polyvox.studies.world.layout.of`): ``seed``, the first seed evaluated; ``caps``, its token caps
+    (ascending); ``panel`` and ``think``, the folder names of the two evaluated systems (``tiny-panel`` and
+    ``tiny-think`` in the panel-only design, ``panel`` and ``think`` in the matched one)."""
+
+    root: Path
+    design: str
+    seed: int
+    caps: tuple[int, ...]
+    panel: str
+    think: str
+
+    @property
+    def systems(self) -> tuple[str, str]:
+        """The two systems' folder names, panel first (the order a folder of both lists them in)."""
+        return self.panel, self.think
+
+    def fmt(self, system: str) -> str:
+        """The prompt format of a system's evaluation (``panel`` or ``think``), by its folder name."""
+        return {self.panel: "panel", self.think: "think"}[system]
+
+    def folder(self, system: str, cap: int | None = None) -> Path:
+        """One system's evaluation folder (``system``: its folder name) at ``cap`` (default: the smallest)."""
+        return self.cap_folder(cap) / system
+
+    def cap_folder(self, cap: int | None = None) -> Path:
+        """The folder of both systems' evaluations at ``cap`` (default: the smallest)."""
+        return self.root / f"seed-{self.seed}" / "eval" / f"cap-{self.caps[0] if cap is None else cap}"
+
+    def samples_per_problem(self, cap: int | None = None) -> int:
+        """The evaluation's samples per problem (its manifest's ``n``)."""
+        return int(json.loads((self.folder(self.think, cap) / "manifest.json").read_text())["settings"]["n"])
+
+    def lines(self, system: str, cap: int | None = None) -> list[str]:
+        """The lines of a system's graded.jsonl, stored plain or gzipped (``graded.jsonl.gz``)."""
+        from polyvox.jsonl import stored
+
+        path = stored(self.folder(system, cap) / "graded.jsonl")
+        raw = path.read_bytes()
+        return (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode("utf-8").splitlines()
+
+    def copy(self, dest: Path, system: str, cap: int | None = None, problems: int | None = None) -> Path:
+        """A system's evaluation copied to ``dest``: its manifest as shipped and a plain graded.jsonl of its first
+        ``problems`` problems (every sample of each; all of them when None)."""
+        lines = self.lines(system, cap)
+        if problems is not None:
+            keep = set(list(dict.fromkeys(json.loads(x)["problem_id"] for x in lines))[:problems])
+            lines = [x for x in lines if json.loads(x)["problem_id"] in keep]
+        dest.mkdir(parents=True, exist_ok=True)
+        shutil.copy(self.folder(system, cap) / "manifest.json", dest / "manifest.json")
+        (dest / "graded.jsonl").write_text("\n".join(lines) + "\n")
+        return dest
+
+
+def shipped_world(root: Path) -> ShippedWorld:
+    """The shipped world run's evaluations (:class:`ShippedWorld`), found by the library's own readers: its design
+    (:func:`~polyvox.studies.world.layout.of`), seeds and caps (:mod:`polyvox.studies.world.analysis`) and the
+    systems' folders (:func:`~polyvox.studies.world.layout.eval_folder`)."""
+    from polyvox.studies.world import analysis, layout
+
+    world = Path(root) / "data" / "runs" / "world"
+    design = layout.of(world)
+    assert design is not None, f"{world}: holds no world run of either design"
+    seed = next(k for k in analysis.seeds(world) if analysis.caps(world, k))
+    caps = tuple(analysis.caps(world, seed))
+    panel, think = (layout.eval_folder(world, seed, caps[0], s).name for s in layout.SYSTEMS)
+    return ShippedWorld(world, design, seed, caps, panel, think)

@@ -8,12 +8,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from _fixtures import shipped_world
 
 from polyvox import metrics
 from polyvox.studies.world import analysis as W
 from polyvox.studies.world import inference as I
+from polyvox.studies.world import layout
+from polyvox.studies.world.run_tables import records
 
 WORLD = Path(__file__).resolve().parents[1] / "data" / "runs" / "world"
+PANEL_ONLY = layout.of(WORLD) == layout.PANEL_ONLY  # the shipped recording's design (else the matched one)
+
+
+def _recorded_seeds() -> list[int]:
+    """The seeds the shipped recording holds: the panel-only recording's three, or those its root manifest lists."""
+    return [0, 1, 2] if PANEL_ONLY else json.loads((WORLD / "manifest.json").read_text())["seeds"]
 
 
 def _jsonl(path: Path, rows):
@@ -84,10 +93,27 @@ def test_read_log_reads_the_layout_grpo_writes_now(tmp_path):
         W.read_log(tmp_path / "empty", "train_log.jsonl")
 
 
-def test_read_log_on_the_recorded_restarted_seed():
-    df, n = W.read_log(WORLD / "seed-0" / "panel-rl", "heldout_trajectory.jsonl")
-    assert n == 2 and df.step.tolist() == list(range(0, 55, 5)) and df.heldout_mean.iloc[0] == pytest.approx(0.092)
-    assert W.read_log(WORLD / "seed-1" / "panel-rl", "heldout_trajectory.jsonl")[1] == 1
+def test_read_log_on_the_recorded_rl_runs():
+    """The panel-only recording's seed 0 was restarted, its second attempt appended to the same log: read as that
+    attempt (step 0 from the first). The matched design's GRPO keeps an earlier attempt beside the log
+    (``.attempt-<n>.jsonl``): every seed's and arm's log is read as one attempt more than those files hold, the
+    last one, from step 0 forward; a log with no earlier attempt as it was recorded."""
+    if PANEL_ONLY:
+        df, n = W.read_log(WORLD / "seed-0" / "panel-rl", "heldout_trajectory.jsonl")
+        assert n == 2 and df.step.tolist() == list(range(0, 55, 5)) and df.heldout_mean.iloc[0] == pytest.approx(0.092)
+        assert W.read_log(WORLD / "seed-1" / "panel-rl", "heldout_trajectory.jsonl")[1] == 1
+        return
+    for k in _recorded_seeds():
+        folders = layout.rl_folders(WORLD, k)
+        assert set(folders) == {"panel", "think"}
+        for folder in folders.values():
+            df, n = W.read_log(folder, "heldout_trajectory.jsonl")
+            earlier = list(folder.glob("heldout_trajectory.attempt-*.jsonl*"))
+            assert n == len(earlier) + 1 and len(df) > 1
+            assert df.step.iloc[0] == 0 and df.step.is_monotonic_increasing and df.step.is_unique
+            assert df.heldout_mean.between(0, 1).all()
+            if not earlier:
+                assert df.to_dict("records") == records(folder / "heldout_trajectory.jsonl")
 
 
 def test_collapse_rule():
@@ -143,28 +169,40 @@ def test_level_verdicts_on_a_constructed_pair():
 
 def test_think_minus_panel_across_the_recorded_seeds_is_bounded():
     seeds = W.seeds(WORLD)
-    per_seed, comp = W.think_minus_panel(WORLD, seeds, W.caps(WORLD, seeds[0])[-1], n_boot=1000, n_perm=2000)
+    cap = W.common_caps(WORLD, seeds)[-1]  # the largest cap every seed was evaluated at (1,024 tokens in the recordings)
+    per_seed, comp = W.think_minus_panel(WORLD, seeds, cap, n_boot=1000, n_perm=2000)
     m, lo, hi = comp.interval
-    assert len(per_seed) == len(seeds) == 3 and list(per_seed.p) == comp.p_seed
+    assert len(per_seed) == len(seeds) == len(_recorded_seeds()) and list(per_seed.p) == comp.p_seed
     assert m == pytest.approx(per_seed["think − panel"].mean())
     assert -1 <= lo <= m <= hi <= 1
-    plain = W.across_seeds([W.problem_differences(*W.load_eval(WORLD, k, W.caps(WORLD, seeds[0])[-1]).values())
-                            for k in seeds], n_boot=1000)
+    plain = W.across_seeds([W.problem_differences(*W.load_eval(WORLD, k, cap).values()) for k in seeds], n_boot=1000)
     assert plain.low <= lo <= hi and hi >= plain.high  # the small-k correction only widens
 
 
 def test_hillclimb_on_the_recorded_seeds():
+    """The panel-only recording: one climb collapsed (thinking, seed 1, at step 12: no valid format) and the olympiad
+    level never scored. A matched recording: the collapsed climbs are those the collapse rule finds in their logs,
+    the dead levels those no evaluation of any climb scored on."""
     seeds = W.seeds(WORLD)
     climb = W.hillclimb(WORLD, seeds, n_boot=1000, n_perm=2000)
-    assert climb["collapsed"] == {("think", 1): (12, "format")}
-    assert len(climb["gains"]) == 2 * len(seeds) and len(climb["kept"]) == 2 * len(seeds) - 1
+    if PANEL_ONLY:
+        assert climb["collapsed"] == {("think", 1): (12, "format")}
+    else:
+        assert climb["collapsed"] == {(a, k): c for a in W.ARMS for k in seeds if (c := W.collapse(W.read_log(
+            WORLD / f"seed-{k}" / f"hillclimb-{a}", "train_log.jsonl")[0])) is not None}
+    assert len(climb["gains"]) == 2 * len(seeds) and len(climb["kept"]) == 2 * len(seeds) - len(climb["collapsed"])
     for a in W.ARMS:
         m, lo, hi = climb["gain"][a].interval
         assert -1 <= lo <= m <= hi <= 1
         # the per-level outcomes behind the logged rates give back the logged means
         assert climb["gain"][a].per_seed == pytest.approx(tuple(climb["gains"][climb["gains"].arm == a].gain))
     dead, n = W.dead_levels(climb)
-    assert dead == ["olympiad"] and n == 4
+    if PANEL_ONLY:
+        assert dead == ["olympiad"] and n == 4
+    else:
+        rows = [row for a in W.ARMS for t in climb["traj"][a].values() for row in t.per_level]  # {level: rate}
+        assert n == len({lv for row in rows for lv in row}) > 0
+        assert dead == [lv for lv in rows[0] if all(row.get(lv, 0) == 0 for row in rows)]
 
 
 # ---------------------------------------------------------------- intervals within the possible range
@@ -337,15 +375,25 @@ def test_the_recorded_family_and_the_findings_rows():
 def test_level_room_flags_ceilings_and_floors_on_the_shipped_run():
     """At 1,024 tokens on the shipped recording: each level's accuracy over the seeds, a level where both systems
     are above 95 % (or below 5 %) said to have no room; the rule on made-up accuracies through the same function."""
-    room = W.level_room(WORLD, [0, 1, 2], 1024)
+    seeds = W.seeds(WORLD)
+    cap = W.common_caps(WORLD, seeds)[-1]  # 1,024 tokens in the recordings
+    room = W.level_room(WORLD, seeds, cap)
     assert list(room.index)[-1] == "all" and set(room.columns) >= {"tiny-panel", "tiny-think", "can move", "why"}
     for lv, r in room.iterrows():
         both_high = r["tiny-panel"] > 0.95 and r["tiny-think"] > 0.95
         both_low = r["tiny-panel"] < 0.05 and r["tiny-think"] < 0.05
         assert r["can move"] == (not (both_high or both_low))
         assert (r["why"] == "") == r["can move"]
-    narrow = W.level_room(WORLD, [0], 1024, room=(0.0, 0.5))  # a ceiling at 50 %: every level above it is stuck
-    assert (~narrow["can move"]).sum() >= 1 and narrow.loc[~narrow["can move"], "why"].str.contains("above 50%").all()
+    # a ceiling at 50 %: every level with both systems above it is stuck; a floor at 50 %: every level below it
+    wide = W.level_room(WORLD, seeds[:1], cap, room=(0.0, 1.0))  # nothing stuck: the accuracies alone
+    assert wide["can move"].all()
+    stuck = 0
+    for narrow_room, side, words in (((0.0, 0.5), 1, "above 50%"), ((0.5, 1.0), -1, "below 50%")):
+        narrow = W.level_room(WORLD, seeds[:1], cap, room=narrow_room)
+        want = [lv for lv, r in wide.iterrows() if all(side * (r[s] - 0.5) > 0 for s in ("tiny-panel", "tiny-think"))]
+        assert list(narrow.index[~narrow["can move"]]) == want and narrow.loc[want, "why"].str.contains(words).all()
+        stuck += len(want)
+    assert stuck >= 1
 
 
 @pytest.mark.slow  # 3 × 120 bootstraps (about 20 s)
@@ -400,24 +448,32 @@ def test_the_difference_of_gains_and_its_tests():
     assert "random permutations" not in c.seeds_sentence() and W.T_OVER_SEEDS in c.seeds_sentence()
 
 
-def test_an_evaluation_is_read_once_until_its_file_changes(tmp_path, monkeypatch):
+def test_an_evaluation_is_read_once_until_its_file_changes(root, tmp_path, monkeypatch):
     """load_eval remembers each graded file by its stat: a second call reads nothing, edits to a returned frame do
     not reach the next one, and a rewritten file is read again."""
-    import shutil
-
     from polyvox import runs
 
-    root = tmp_path / "w"
-    for s in ("tiny-panel", "tiny-think"):
-        shutil.copytree(WORLD / "seed-0/eval/cap-256" / s, root / "seed-0/eval/cap-256" / s)
-    (root / "seed-0/panel-rl").mkdir(parents=True)  # the panel-only layout's marker
+    w, root = shipped_world(root), tmp_path / "w"
+    cap = w.caps[0]
+    for s in w.systems:  # the shipped evaluations at their smallest cap, as seed 0 of a run of the same design
+        w.copy(root / f"seed-0/eval/cap-{cap}" / s, s, cap)
+    (root / "seed-0" / layout.RL_FOLDERS[w.design]["panel"]).mkdir(parents=True)  # the design's marker
+    assert layout.of(root) == w.design
+    # a copy where no sample is right (an untrained smoke run's) gets one, so that setting all wrong shows
+    graded = root / f"seed-0/eval/cap-{cap}" / w.panel / "graded.jsonl"
+    recs = [json.loads(x) for x in graded.read_text().splitlines()]
+    if not any(r["correct"] for r in recs):
+        recs[0]["correct"] = True
+        graded.write_text("".join(json.dumps(r) + "\n" for r in recs))
     reads = []
     real = runs.graded_samples
     monkeypatch.setattr(runs, "graded_samples", lambda p: reads.append(p) or real(p))
-    first = W.load_eval(root, 0, 256)
+    first = W.load_eval(root, 0, cap)
     first["tiny-panel"]["correct"] = False
-    again = W.load_eval(root, 0, 256)
+    again = W.load_eval(root, 0, cap)
     assert len(reads) == 2 and again["tiny-panel"].correct.any()
-    graded = root / "seed-0/eval/cap-256/tiny-think/graded.jsonl"
-    graded.write_text("".join(graded.read_text().splitlines(keepends=True)[:40]))
-    assert len(W.load_eval(root, 0, 256)["tiny-think"]) == 40 and len(reads) == 3
+    graded = root / f"seed-0/eval/cap-{cap}" / w.think / "graded.jsonl"
+    lines = graded.read_text().splitlines(keepends=True)
+    keep = min(40, len(lines) - 1)  # fewer than it holds
+    graded.write_text("".join(lines[:keep]))
+    assert len(W.load_eval(root, 0, cap)["tiny-think"]) == keep and len(reads) == 3

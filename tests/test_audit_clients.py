@@ -4,7 +4,7 @@ import json
 from contextlib import contextmanager
 
 import pytest
-from _fixtures import QuietHandler, local_server
+from _fixtures import QuietHandler, local_server, shipped_world
 
 from polyvox.backends import Request, SamplingParams
 from polyvox.backends.openai import OpenAIBackend
@@ -187,11 +187,12 @@ def test_judge_tally_refuses_a_label_of_mixed_types(tmp_path):
 
 # explore: 47 (a run another process is writing), 48 (--out into another kind of folder), 49 (DATA portable)
 def _sample_run(root, dest):
+    """The shipped world run's thinking evaluation at its smallest cap, its first 16 samples."""
     import shutil
-    src = root / "data/runs/world/seed-0/eval/cap-256/tiny-think"
+    w = shipped_world(root)
     dest.mkdir(parents=True)
-    shutil.copy(src / "manifest.json", dest)
-    (dest / "graded.jsonl").write_text("\n".join((src / "graded.jsonl").read_text().splitlines()[:16]) + "\n")
+    shutil.copy(w.folder(w.think) / "manifest.json", dest)
+    (dest / "graded.jsonl").write_text("\n".join(w.lines(w.think)[:16]) + "\n")
     return dest
 
 

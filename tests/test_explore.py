@@ -8,11 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from _fixtures import shipped_world
 
 from polyvox import explore
 from polyvox.records import RecordError
-
-WORLD_EVAL = "data/runs/world/seed-0/eval/cap-256"
 
 
 @pytest.fixture(scope="module")
@@ -84,31 +83,31 @@ def test_table_html_is_an_offline_datatable_with_a_page_length_menu(published):
 
 
 def test_shipped_world_eval_runs_load_as_two_systems(root, tmp_path):
-    # the first 12 problems (8 samples each) of both shipped systems, manifests as shipped
-    for system in ("tiny-panel", "tiny-think"):
-        (tmp_path / "eval" / system).mkdir(parents=True)
-        shutil.copy(root / WORLD_EVAL / system / "manifest.json", tmp_path / "eval" / system)
-        lines = (root / WORLD_EVAL / system / "graded.jsonl").read_text().splitlines()[:96]
-        (tmp_path / "eval" / system / "graded.jsonl").write_text("\n".join(lines) + "\n")
+    # the first 12 problems (every sample of each: 8 in the recordings) of both shipped systems, manifests as shipped
+    w = shipped_world(root)
+    t, n = w.think, w.samples_per_problem()
+    for system in w.systems:
+        w.copy(tmp_path / "eval" / system, system, problems=12)
     ro = explore.load(tmp_path / "eval", data_dir=root / "data")
-    assert ro.systems == ["tiny-panel", "tiny-think"] and ro.length_unit == "tokens" and not ro.notes
+    assert ro.systems == list(w.systems) and ro.length_unit == "tokens" and not ro.notes
     table = ro.table()
-    assert len(table) == 12 and {"tiny-think: correct", "tiny-think: cap hits", "tiny-think: samples"} <= set(table)
-    assert (table["tiny-think: samples"] == 8).all()
-    graded = [json.loads(x) for x in (tmp_path / "eval/tiny-think/graded.jsonl").read_text().splitlines()]
-    assert table["tiny-think: cap hits"].sum() == sum(g["finish_reason"] == "length" for g in graded)
-    assert abs(table["tiny-think: correct"].mean() - sum(g["correct"] for g in graded) / len(graded)) < 1e-3
+    assert len(table) == 12 and {f"{t}: correct", f"{t}: cap hits", f"{t}: samples"} <= set(table)
+    assert (table[f"{t}: samples"] == n).all()
+    graded = [json.loads(x) for x in (tmp_path / "eval" / t / "graded.jsonl").read_text().splitlines()]
+    assert len(graded) == 12 * n
+    assert table[f"{t}: cap hits"].sum() == sum(g["finish_reason"] == "length" for g in graded)
+    assert abs(table[f"{t}: correct"].mean() - sum(g["correct"] for g in graded) / len(graded)) < 1e-3
     pid = table["problem"].iloc[0]
-    page = ro.side_by_side_html(pid, "tiny-panel", "tiny-think")
+    page = ro.side_by_side_html(pid, *w.systems)
     assert ro.problems[pid]["text"] in page and "Final answer" in page and ro.problems[pid]["label"] == "1"
 
 
 def test_an_ungraded_run_is_graded_in_memory_like_the_shipped_grades(root, tmp_path):
-    src = root / WORLD_EVAL / "tiny-think"
+    w = shipped_world(root)
     run = tmp_path / "run"
     run.mkdir()
-    shutil.copy(src / "manifest.json", run / "manifest.json")
-    lines = (src / "graded.jsonl").read_text().splitlines()[:40]
+    shutil.copy(w.folder(w.think) / "manifest.json", run / "manifest.json")
+    lines = w.lines(w.think)[:40]
     (run / "rollouts.jsonl").write_text("\n".join(lines) + "\n")  # Sample reads the rollout fields only
     ro = explore.load(run, data_dir=root / "data")
     assert ro.systems == ["run"]
@@ -121,8 +120,8 @@ def test_bad_input_is_one_error_naming_the_file(root, tmp_path):
         explore.load(tmp_path, data_dir=root / "data")
     with pytest.raises(RecordError, match="no such run folder"):
         explore.load(tmp_path / "missing")
-    run = tmp_path / "run"
-    shutil.copytree(root / WORLD_EVAL / "tiny-panel", run)
+    w = shipped_world(root)
+    run = w.copy(tmp_path / "run", w.panel)
     good = (run / "graded.jsonl").read_text().splitlines()[0]
     (run / "graded.jsonl").write_text(good + "\n{oops\n")
     with pytest.raises(RecordError, match=r"run/graded.jsonl:2: malformed JSON"):
@@ -193,13 +192,12 @@ def test_explore_from_a_live_kernel_on_a_fresh_sample_of_tiny_think(root, tmp_pa
 
 # ------------------------------------------------------------------ the explorer's data (issue 19 item 5)
 
-def _shipped(root, dest, systems=("tiny-panel", "tiny-think"), cap="cap-256", lines=96):
-    """The first lines/8 problems (8 samples each) of shipped world eval runs, manifests as shipped."""
-    for system in systems:
-        (dest / system).mkdir(parents=True)
-        src = root / f"data/runs/world/seed-0/eval/{cap}/{system}"
-        shutil.copy(src / "manifest.json", dest / system)
-        (dest / system / "graded.jsonl").write_text("\n".join((src / "graded.jsonl").read_text().splitlines()[:lines]) + "\n")
+def _shipped(root, dest, systems=None, cap=None, problems=12):
+    """The first ``problems`` problems (every sample of each) of the shipped world eval runs at ``cap`` (default: the
+    smallest), both systems unless ``systems`` (folder names) are given, manifests as shipped."""
+    w = shipped_world(root)
+    for system in systems or w.systems:
+        w.copy(dest / system, system, cap, problems)
     return dest
 
 
@@ -213,24 +211,29 @@ def world(root, tmp_path_factory):
     return folder, explore.load(folder, data_dir=root / "data")
 
 
-def test_explorer_rows_hold_every_sample_of_both_systems(world):
+def test_explorer_rows_hold_every_sample_of_both_systems(world, root):
     folder, ro = world
+    w = shipped_world(root)
     data = explore.explorer_data(ro)
     assert len(data["groups"]) == 1 and data["embedded"] == {**data["embedded"], "problems": 12, "of": 12}
     g = data["groups"][0]
-    assert g["name"] == "world" and g["systems"] == ["tiny-panel", "tiny-think"] and (g["a"], g["b"]) == tuple(g["systems"])
-    assert [r["id"] for r in g["rows"]] == list(dict.fromkeys(r["problem_id"] for r in _records(folder / "tiny-think")))
+    assert g["name"] == "world" and g["systems"] == list(w.systems) and (g["a"], g["b"]) == tuple(g["systems"])
+    assert [r["id"] for r in g["rows"]] == list(dict.fromkeys(r["problem_id"] for r in _records(folder / w.think)))
     for system in g["systems"]:
         recs = _records(folder / system)
         for rec in recs:
             samples = g["traces"][rec["problem_id"]][system]
-            assert [x["i"] for x in samples] == list(range(8))  # the selector lists all n samples, in order
+            # the selector lists all n samples, in order
+            assert [x["i"] for x in samples] == list(range(w.samples_per_problem()))
             x = samples[rec["sample_index"]]
             assert (x["correct"], x["answer"], x["length"], x["cap"]) == (
                 rec["correct"], rec["extracted"], rec["completion_tokens"], rec["finish_reason"] == "length")
             reasoning, final = explore.split_trace(ro_format := json.loads(
                 (folder / system / "manifest.json").read_text())["settings"]["format"], rec["completion"])
-            assert x["final"] is not None and data["pool"][x["final"]] == explore.render_markdown(final)
+            if final.strip():  # an empty final part (none written: a trace cut at the cap, an untrained run's) is None
+                assert x["final"] is not None and data["pool"][x["final"]] == explore.render_markdown(final)
+            else:
+                assert x["final"] is None
             if reasoning:
                 assert data["pool"][x["reasoning"]] == explore.render_markdown(reasoning)
             assert x["valid"] == explore.formats.format_valid(ro_format, rec["completion"])
@@ -249,8 +252,9 @@ def _majority(answers):
     return max(counts, key=counts.get)
 
 
-def test_quick_filters_match_the_records(world):
+def test_quick_filters_match_the_records(world, root):
     folder, ro = world
+    w = shipped_world(root)
     g = explore.explorer_data(ro)["groups"][0]
     recs = {s: _records(folder / s) for s in g["systems"]}
     ids = [r["id"] for r in g["rows"]]
@@ -270,7 +274,7 @@ def test_quick_filters_match_the_records(world):
         "wrong": [p for p in ids if any(not r["correct"] for s in recs for r in per(s, p))],
         "cap": [p for p in ids if any(r["finish_reason"] == "length" for s in recs for r in per(s, p))],
         "invalid": [p for p in ids if any(not explore.formats.format_valid(
-            "panel" if s == "tiny-panel" else "think", r["completion"]) for s in recs for r in per(s, p))],
+            w.fmt(s), r["completion"]) for s in recs for r in per(s, p))],
     }
     for key, want in expect.items():
         assert explore.filter_rows(g, key) == want, key
@@ -282,31 +286,42 @@ def test_quick_filters_match_the_records(world):
 
 
 def test_table_formats_numbers_and_says_no_answer_not_nan(root, tmp_path):
-    # a graded run where the grader found no answer in some samples: extracted null in graded.jsonl
-    run = _shipped(root, tmp_path, systems=("tiny-think",), lines=16) / "tiny-think"
+    # a graded run where the grader found no answer in some samples: extracted null in graded.jsonl. Two problems:
+    # the first with its first k samples ungradable and the others right (k = 3 of 8: 0.625 correct; the shipped
+    # recording's samples 3-7 of it are right as recorded), the second with no answer in any sample
+    w = shipped_world(root)
+    t, n = w.think, w.samples_per_problem()
+    k = min(3, (n - 1) // 2)  # fewer than the right samples: the first problem's most frequent answer is theirs
+    run = _shipped(root, tmp_path, systems=(t,), problems=2) / t
     recs = _records(run)
-    for r in recs[:3]:
-        r.update(correct=False, extracted=None, grade_status="ungradable")
-    for r in recs[8:]:
-        r.update(correct=False, extracted=None)
+    pid, second = dict.fromkeys(r["problem_id"] for r in recs)
+    gold = str(explore.load(run, data_dir=root / "data").problems[pid]["gold"])
+    for r in recs:
+        if r["problem_id"] == second:
+            r.update(correct=False, extracted=None)
+        elif r["sample_index"] < k:
+            r.update(correct=False, extracted=None, grade_status="ungradable")
+        else:
+            r.update(correct=True, extracted=gold, grade_status="ok")
     (run / "graded.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     ro = explore.load(run, data_dir=root / "data")
     table = ro.table()
-    assert table.loc[1, "tiny-think: answer"] == "no answer" and table.loc[1, "tiny-think: correct"] == 0.0
-    assert table.loc[0, "tiny-think: correct"] == 0.625 and table.loc[0, "tiny-think: answer"] == recs[3]["extracted"]
-    assert table["tiny-think: mean tokens"].map(type).eq(int).all()
+    assert list(table["problem"]) == [pid, second]
+    assert table.loc[1, f"{t}: answer"] == "no answer" and table.loc[1, f"{t}: correct"] == 0.0
+    assert table.loc[0, f"{t}: correct"] == round((n - k) / n, 3) and table.loc[0, f"{t}: answer"] == gold
+    assert table[f"{t}: mean tokens"].map(type).eq(int).all()
     assert "nan" not in table.astype(str).to_string().lower()
-    pid = recs[0]["problem_id"]
-    page = ro.side_by_side_html(pid, sample=0)
+    page = ro.side_by_side_html(pid if k else second, sample=0)  # sample 0: no answer
     assert "no answer" in page and "nan" not in page.lower()
     g = explore.explorer_data(ro)["groups"][0]
-    assert g["rows"][1]["stats"]["tiny-think"]["shown"] == "no answer"
-    assert [x["answer"] for x in g["traces"][pid]["tiny-think"][:3]] == [None, None, None]
+    assert g["rows"][1]["stats"][t]["shown"] == "no answer"
+    assert [x["answer"] for x in g["traces"][pid][t][:k]] == [None] * k
+    assert [x["answer"] for x in g["traces"][second][t]] == [None] * n
     # pandas turns a column of Nones into NaN: still "no answer", never "nan"
     ro.traces["extracted"] = float("nan")
     ro.traces["correct"] = False
     assert "graded answer" not in ro.side_by_side_html(pid) and "nan" not in ro.side_by_side_html(pid).lower()
-    assert set(ro.table()["tiny-think: answer"]) == {"no answer"}
+    assert set(ro.table()[f"{t}: answer"]) == {"no answer"}
     data = explore.explorer_data(ro)
     assert "NaN" not in json.dumps(data) and "nan" not in explore.explorer_html(data).split("<script>")[0].lower()
 
@@ -339,17 +354,18 @@ def _run_of(root, dest, task, fmt, pids_completions, task_options=None):
 def test_a_folder_with_two_benchmarks_gives_one_group_each(root, tmp_path):
     from polyvox import tasks
 
-    _shipped(root, tmp_path / "mix" / "world", lines=24)
+    w = shipped_world(root)
+    _shipped(root, tmp_path / "mix" / "world", problems=3)
     gsm = tasks.load("gsm8k", root / "data", limit=2)
     _run_of(root, tmp_path / "mix" / "gsm8k-plain", "gsm8k", "plain",
             [(gsm[0].id, [f"So the answer is \\boxed{{{gsm[0].gold}}}.", "No idea."]),
              (gsm[1].id, ["\\boxed{0}", f"\\boxed{{{gsm[1].gold}}}"])])
     ro = explore.load(tmp_path / "mix", data_dir=root / "data")
-    assert ro.groups() == {"gsm8k": ["gsm8k-plain"], "world": ["world/tiny-panel", "world/tiny-think"]}
-    data = explore.explorer_data(ro, a="world/tiny-think")
+    assert ro.groups() == {"gsm8k": ["gsm8k-plain"], "world": [f"world/{s}" for s in w.systems]}
+    data = explore.explorer_data(ro, a=f"world/{w.think}")
     by = {g["name"]: g for g in data["groups"]}
     assert [r["id"] for r in by["gsm8k"]["rows"]] == [gsm[0].id, gsm[1].id] and len(by["world"]["rows"]) == 3
-    assert (by["world"]["a"], by["world"]["b"]) == ("world/tiny-think", "world/tiny-panel")
+    assert (by["world"]["a"], by["world"]["b"]) == (f"world/{w.think}", f"world/{w.panel}")
     assert by["gsm8k"]["a"] == by["gsm8k"]["b"] == "gsm8k-plain"  # one system: compared with itself
     st = by["gsm8k"]["rows"][0]["stats"]["gsm8k-plain"]
     assert (st["n"], st["graded"], st["correct"], st["cap"], st["invalid"]) == (2, 2, 1, 1, 0)  # plain: no format check
@@ -386,20 +402,21 @@ def test_write_notebook_explores_a_run_without_touching_tracked_notebooks(world,
     import nbformat
 
     folder, _ = world
+    w = shipped_world(root)
     path = explore.write_notebook(folder)
     assert path == folder / "explore.ipynb"
     nb = nbformat.read(path, as_version=4)
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     assert "RUN = '.'" in code and f"DATA = {str((root / 'data').resolve())!r}" in code and "ro.explorer(" in code
-    assert explore.find_runs(folder) == [folder / "tiny-panel", folder / "tiny-think"]  # still the same runs
+    assert explore.find_runs(folder) == [folder / s for s in w.systems]  # still the same runs
     path.write_text(path.read_text().replace("ro.table()", "ro.table()  # mine"))
     assert "# mine" in explore.write_notebook(folder).read_text()  # kept
     assert "# mine" not in explore.write_notebook(folder, force=True).read_text()
-    other = explore.write_notebook(folder / "tiny-think", out=tmp_path / "nb" / "x.ipynb")
+    other = explore.write_notebook(folder / w.think, out=tmp_path / "nb" / "x.ipynb")
     run_line = next(line for c in nbformat.read(other, as_version=4).cells for line in c.source.splitlines()
                     if line.startswith("RUN = "))
     rel = run_line.split("#")[0].split("=", 1)[1].strip().strip("'")
-    assert not Path(rel).is_absolute() and (other.parent / rel).resolve() == (folder / "tiny-think").resolve()
+    assert not Path(rel).is_absolute() and (other.parent / rel).resolve() == (folder / w.think).resolve()
     with pytest.raises(RecordError, match="no run here"):
         explore.write_notebook(tmp_path / "nb")
     with pytest.raises(ValueError, match=".ipynb"):
@@ -411,7 +428,8 @@ def test_polyvox_explore_command_writes_the_notebook_and_says_how_to_open_it(roo
 
     from polyvox import cli
 
-    run = _shipped(root, tmp_path / "run", systems=("tiny-think",), lines=16) / "tiny-think"
+    t = shipped_world(root).think
+    run = _shipped(root, tmp_path / "run", systems=(t,), problems=2) / t
     assert cli.main(["explore", str(run), "--data-dir", str(root / "data")]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"notebook: {run / 'explore.ipynb'}" and (run / "explore.ipynb").is_file()
@@ -430,7 +448,7 @@ def test_exploring_shipped_records_writes_under_runs_not_data(root, tmp_path):
     # a checkout (its _toc.yml and _config.yml) whose data/ ships a run
     shutil.copy(root / "_toc.yml", tmp_path / "_toc.yml")
     shutil.copy(root / "_config.yml", tmp_path / "_config.yml")
-    shipped = _shipped(root, tmp_path / "data" / "runs" / "w", systems=("tiny-think",), lines=16)
+    shipped = _shipped(root, tmp_path / "data" / "runs" / "w", systems=(shipped_world(root).think,), problems=2)
     before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "data").rglob("*"))
     path = explore.write_notebook(shipped, data_dir=root / "data")
     assert path == tmp_path / "runs" / "explore-runs-w.ipynb"

@@ -1,9 +1,10 @@
 """The explorer (``polyvox.explore``) in a real browser: Playwright for Python driving Debian's
 ``chromium`` (``executable_path``; no browser is downloaded: ``apt-get install -y chromium``).
 
-Pages are rendered from a small run folder: the first 10 problems (8 samples each) of the shipped
-world evaluations at two token caps (``data/runs/world/seed-0/eval/cap-256`` and ``cap-1024``, both
-systems: four systems of one benchmark) and a fresh ``polyvox sample`` of the tiny test model on
+Pages are rendered from a small run folder: 10 problems spread over the levels (every sample of each: 8 in the
+recordings) of the shipped world evaluations at two token caps (its first evaluated seed's smallest and largest,
+``data/runs/world/seed-0/eval/cap-256`` and ``cap-1024`` in the panel-only recording; both systems: four systems
+of one benchmark) and a fresh ``polyvox sample`` of the tiny test model on
 gsm8k (a second benchmark), plus the published case study (math, headings). They are served on
 127.0.0.1 with everything else refused: the explorer must work offline.
 
@@ -18,6 +19,7 @@ explore``'s notebook, its cells run from the Run menu).
 import functools
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -31,6 +33,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from _fixtures import shipped_world
 
 from polyvox import explore
 
@@ -55,23 +58,57 @@ class _Quiet(SimpleHTTPRequestHandler):
         pass
 
 
-def _copy_shipped(root: Path, dest: Path, cap: str, problems: int = 10):
-    """Both shipped systems at one cap on 10 problems spread over the levels (every 18th), all 8 samples."""
-    for system in ("tiny-panel", "tiny-think"):
-        src = root / f"data/runs/world/seed-0/eval/{cap}/{system}"
+def _copy_shipped(root: Path, dest: Path, cap: int, problems: int = 10):
+    """Both shipped systems at one cap on 10 problems spread over the levels (every 18th of the panel-only
+    recording's 180), all their samples."""
+    w = shipped_world(root)
+    for system in w.systems:
         (dest / system).mkdir(parents=True)
-        shutil.copy(src / "manifest.json", dest / system)
-        lines = (src / "graded.jsonl").read_text().splitlines()
-        ids = list(dict.fromkeys(json.loads(x)["problem_id"] for x in lines))[::18][:problems]
+        shutil.copy(w.folder(system, cap) / "manifest.json", dest / system)
+        lines = w.lines(system, cap)
+        ids = list(dict.fromkeys(json.loads(x)["problem_id"] for x in lines))
+        ids = ids[::max(1, len(ids) // problems)][:problems]
         keep = [x for x in lines if json.loads(x)["problem_id"] in ids]
         (dest / system / "graded.jsonl").write_text("\n".join(keep) + "\n")
+
+
+def _caps(root: Path) -> list[int]:
+    """The two caps the page shows: the smallest and the largest the shipped world's first evaluated seed has."""
+    caps = shipped_world(root).caps
+    assert len(caps) >= 2, f"the shipped world run's first evaluated seed has one cap: {caps}"
+    return [caps[0], caps[-1]]
+
+
+def _samples(root: Path) -> int:
+    """Samples per problem in the shipped evaluations (8 in the recordings)."""
+    return shipped_world(root).samples_per_problem()
+
+
+def _search_queries(rows) -> list[str]:
+    """Queries of the four kinds the search box takes, each matching some of the rows but not all (taken from the
+    rows: the problems differ between recordings; ``pears``, ``taken out``, ``w4-``, ``cards 478`` on the
+    panel-only recording's): a word of a problem's text, two words of one, an id's level prefix, a word and a
+    number of one."""
+    texts = [_search_text(r) for r in rows]
+
+    def splits(query):
+        return 0 < sum(all(w in t for w in query.split()) for t in texts) < len(texts)
+
+    words = [re.findall(r"[a-z]{4,}", r["text"].lower()) for r in rows]
+    numbers = [re.findall(r"\b\d{2,}\b", r["text"]) for r in rows]
+    word = next(w for ws in words for w in ws if splits(w))
+    pair = next(q for ws in words for q in (f"{a} {b}" for a, b in zip(ws, ws[1:]) if a != b and word not in (a, b))
+                if splits(q))
+    level = next(q for r in rows if splits(q := r["id"].split("-")[0] + "-"))
+    number = next(q for ws, ns in zip(words, numbers) for q in (f"{w} {n}" for w in ws for n in ns) if splits(q))
+    return [word, pair, level, number]
 
 
 @pytest.fixture(scope="module")
 def run_folder(root, tiny, tmp_path_factory) -> Path:
     runs = tmp_path_factory.mktemp("explore") / "runs"
-    _copy_shipped(root, runs / "world" / "cap-256", "cap-256")
-    _copy_shipped(root, runs / "world" / "cap-1024", "cap-1024")
+    for cap in _caps(root):
+        _copy_shipped(root, runs / "world" / f"cap-{cap}", cap)
     cmd = [sys.executable, "-m", "polyvox.cli", "sample", "--task", "gsm8k", "--format", "panel", "--model", str(tiny),
            "--n", "3", "--limit", "3", "--max-tokens", "16", "--temperature", "1.0", "--out", str(runs / "gsm8k" / "tiny")]
     done = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300)
@@ -150,7 +187,7 @@ def test_controls_are_always_shown_and_search_filters_rows(browser, site):
     assert p.x.locator("select.pv-len option").all_inner_texts() == ["10", "25", "50", "100", "all"]
     assert len(p.rows()) == 10 and "of 10 problems" in p.x.locator(".pv-info").inner_text()
     p.x.locator("select.pv-len").select_option("25")
-    for query in ("pears", "taken out", "w4-", "cards 478"):
+    for query in _search_queries(g["rows"]):
         want = [r["id"] for r in g["rows"] if all(w in _search_text(r) for w in query.split())]
         p.x.locator("input.pv-search").fill(query)
         p.page.wait_for_timeout(300)
@@ -218,14 +255,18 @@ def _facts(x, unit="tokens") -> list[str]:
     return words
 
 
-def test_a_row_opens_its_traces_with_every_sample(browser, site):
+def test_a_row_opens_its_traces_with_every_sample(browser, site, root):
     url, pages = site
     p = Page(browser, f"{url}/run.html")
     i, g = next((i, g) for i, g in enumerate(pages["run"]["groups"]) if g["name"] == "world")
     p.x.locator("select.pv-bench").select_option(str(i))
     p.show_all()
-    # a problem whose samples differ (some wrong), so switching samples shows different traces
-    pid = next(r["id"] for r in g["rows"] if 0 < r["stats"][g["a"]]["correct"] < r["stats"][g["a"]]["n"])
+    # a problem whose samples differ (some right, some wrong), so switching samples shows different traces and
+    # facts; a run where no sample is right (an untrained smoke stand-in) has none: one whose lengths differ
+    mixed = [r["id"] for r in g["rows"] if 0 < r["stats"][g["a"]]["correct"] < r["stats"][g["a"]]["n"]]
+    if not any(r["stats"][s]["correct"] for r in g["rows"] for s in g["systems"]):
+        mixed = [r["id"] for r in g["rows"] if len({x["length"] for x in g["traces"][r["id"]][g["a"]]}) > 1]
+    pid = mixed[0]
     p.x.locator(f"tr.pv-row[data-pid='{pid}']").click()
     detail = p.x.locator(f"tr.pv-detail[data-pid='{pid}']")
     assert detail.is_visible() and detail.locator(".pv-col").count() == 2
@@ -233,7 +274,7 @@ def test_a_row_opens_its_traces_with_every_sample(browser, site):
     for side, system in (("a", g["a"]), ("b", g["b"])):
         col = detail.locator(f".pv-col[data-side='{side}']")
         samples = g["traces"][pid][system]
-        assert col.locator("select.pv-sample option").count() == len(samples) == 8
+        assert col.locator("select.pv-sample option").count() == len(samples) == _samples(root)
         assert system in col.locator(".pv-sys").inner_text()
         for j, x in enumerate(samples):
             col.locator("select.pv-sample").select_option(str(j))
@@ -431,7 +472,9 @@ def test_explorer_live_in_jupyterlab_from_polyvox_explore(browser, root, run_fol
     import nbformat
 
     run = tmp_path / "lab" / "my-run"
-    shutil.copytree(run_folder / "world" / "cap-256", run)
+    shutil.copytree(run_folder / "world" / f"cap-{_caps(root)[0]}", run)
+    rows = explore.explorer_data(explore.load(run, data_dir=root / "data"))["groups"][0]["rows"]
+    word, n = _search_queries(rows)[0], _samples(root)  # a word some problems have ("pears"), 8 samples each
     nb_path = explore.write_notebook(run, data_dir=root / "data")
     nb = nbformat.read(nb_path, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell("case = explore.load(None, data_dir=DATA)\ncase.explorer()"))
@@ -464,14 +507,15 @@ def test_explorer_live_in_jupyterlab_from_polyvox_explore(browser, root, run_fol
                                "document.querySelectorAll('.pv-x')[1].querySelector('tr.pv-row')", timeout=240_000)
         x = page.locator(".pv-x").first
         assert x.locator("tr.pv-row").count() == 10 and x.locator("button.pv-filter").count() == 6
-        x.locator("input.pv-search").fill("pears")
+        x.locator("input.pv-search").fill(word)
         page.wait_for_timeout(300)
         assert 0 < x.locator("tr.pv-row").count() < 10
         x.locator("tr.pv-row").first.click()
         col = x.locator("tr.pv-detail .pv-col[data-side='a']")
-        assert col.locator("select.pv-sample option").count() == 8
-        col.locator("select.pv-sample").select_option("5")
-        assert col.locator(".pv-sample").input_value() == "5" and "sample 5" in col.locator(
+        assert col.locator("select.pv-sample option").count() == n
+        j = min(5, n - 1)
+        col.locator("select.pv-sample").select_option(str(j))
+        assert col.locator(".pv-sample").input_value() == str(j) and f"sample {j}" in col.locator(
             "select.pv-sample option:checked").inner_text()
         case = page.locator(".pv-x").nth(1)
         case.locator("tr.pv-row[data-pid='a']").click()

@@ -159,20 +159,44 @@ def test_shipped_pipeline_folders_are_recognised(root, study, folder, scale):
         P.check(root / "data/runs" / other, s)
 
 
-def test_the_shipped_world_run_is_read_but_takes_no_stage_of_the_matched_design(root):
-    """The shipped data/runs/world is of the earlier panel-only design (issue 21 replaces it): the analysis reads
-    it, the pipeline (the matched design) refuses in one line to add stages to it, whatever the scale."""
-    from polyvox.studies.world import layout
+def test_the_shipped_world_run_is_read_and_takes_stages_of_its_own_scale_alone(root):
+    """The shipped data/runs/world, in whichever design it holds. Of the earlier panel-only design: the analysis
+    reads it, the pipeline (the matched design) refuses in one line to add stages to it, whatever the scale. Of
+    the matched design (issue 21's, which replaces it): the analysis reads it, the pipeline recognises it as a run
+    of its own scale (a rerun finds every stage complete and runs none) and refuses, in one line, any other."""
+    from polyvox.studies.world import analysis, layout
     from polyvox.studies.world import pipeline as W
 
     out = root / "data/runs/world"
-    assert layout.of(out) == layout.PANEL_ONLY
-    assert layout.eval_folder(out, 0, 256, "tiny-think") == out / "seed-0/eval/cap-256/tiny-think"
-    assert set(layout.rl_folders(out, 1)) == {"panel"}
-    for scale in ("h200", "h200-v2", "smoke"):
+    seeds = analysis.seeds(out)
+    if layout.of(out) == layout.PANEL_ONLY:
+        assert layout.eval_folder(out, 0, 256, "tiny-think") == out / "seed-0/eval/cap-256/tiny-think"
+        assert set(layout.rl_folders(out, 1)) == {"panel"}
+        for scale in ("h200", "h200-v2", "smoke"):
+            with pytest.raises(ValueError) as e:
+                W.check(out, W.load_scale(scale), ["hillclimb-think"])
+            assert "earlier panel-only design" in str(e.value) and "\n" not in str(e.value)
+        return
+    assert layout.of(out) == layout.MATCHED
+    seed = next(k for k in seeds if analysis.caps(out, k))
+    cap = analysis.caps(out, seed)[0]
+    assert layout.eval_folder(out, seed, cap, "tiny-think") == out / f"seed-{seed}/eval/cap-{cap}/think"
+    assert layout.eval_folder(out, seed, cap, "tiny-panel") == out / f"seed-{seed}/eval/cap-{cap}/panel"
+    for k in seeds:
+        folders = layout.rl_folders(out, k)
+        assert folders == {"panel": out / f"seed-{k}/rl-panel", "think": out / f"seed-{k}/rl-think"}
+        assert all((f / "manifest.json").is_file() for f in folders.values())
+    recorded = json.loads((out / "manifest.json").read_text())
+    own = recorded["scale"]
+    assert own in ("h200", "h200-v2", "smoke") and recorded["seeds"] == seeds
+    pipe = W.pipeline(out, W.load_scale(own), recorded["seeds"])  # its own scale: a rerun finds every stage done
+    pipe.check()
+    assert {st.folder.relative_to(out).as_posix(): pipe.state(st) for st in pipe.stages} == \
+        {st.folder.relative_to(out).as_posix(): "done" for st in pipe.stages}
+    for scale in {"h200", "h200-v2", "smoke"} - {own}:
         with pytest.raises(ValueError) as e:
             W.check(out, W.load_scale(scale), ["hillclimb-think"])
-        assert "earlier panel-only design" in str(e.value) and "\n" not in str(e.value)
+        assert f"holds a run of the scale '{own}'" in str(e.value) and "\n" not in str(e.value)
 
 
 def test_the_shipped_judge_folder_takes_more_verdicts(root):

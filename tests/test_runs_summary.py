@@ -4,19 +4,21 @@ import shutil
 
 import pytest
 
+from _fixtures import shipped_world
 from _hostile import run_cli
 from polyvox import metrics, runs
 
 GRADE_FIELDS = ("correct", "extracted", "grade_status")
 
 
-def _as_sampled(src, dest):
-    """A shipped graded world eval run as `polyvox sample` left it: manifest and rollouts.jsonl."""
+def _as_sampled(w, system, dest):
+    """A shipped graded world eval run (``w``'s ``system`` at its smallest cap) as `polyvox sample` left it:
+    manifest and rollouts.jsonl."""
     dest.mkdir(parents=True)
-    manifest = json.loads((src / "manifest.json").read_text())
+    manifest = json.loads((w.folder(system) / "manifest.json").read_text())
     manifest.pop("grading", None)
     (dest / "manifest.json").write_text(json.dumps(manifest))
-    rows = [json.loads(x) for x in (src / "graded.jsonl").read_text().splitlines()]
+    rows = [json.loads(x) for x in w.lines(system)]
     with open(dest / "rollouts.jsonl", "w") as fh:
         for r in rows:
             r = {k: v for k, v in r.items() if k not in GRADE_FIELDS}
@@ -28,9 +30,10 @@ def _as_sampled(src, dest):
 @pytest.fixture(scope="module")
 def folder(root, tmp_path_factory):
     out = tmp_path_factory.mktemp("summary") / "eval"
+    w = shipped_world(root)
     shipped = {}
-    for system in ("tiny-panel", "tiny-think"):
-        shipped[system] = _as_sampled(root / f"data/runs/world/seed-0/eval/cap-256/{system}", out / system)
+    for system in w.systems:
+        shipped[system] = _as_sampled(w, system, out / system)
     return out, shipped
 
 
@@ -54,11 +57,14 @@ def test_grade_takes_a_folder_of_runs_and_prints_accuracy_with_wilson_intervals(
 
 def test_the_summary_of_an_ungraded_run_grades_in_memory_and_writes_nothing(folder, root, tmp_path):
     out, shipped = folder
+    w = shipped_world(root)
     run = tmp_path / "think"
-    _as_sampled(root / "data/runs/world/seed-0/eval/cap-256/tiny-think", run)
+    _as_sampled(w, w.think, run)
     before = sorted(p.name for p in run.iterdir())
     s = runs.summarize(run, root / "data")
-    assert s.correct == sum(r["correct"] for r in shipped["tiny-think"]) and s.samples == 1440
+    rows = shipped[w.think]  # every problem's n samples (1,440: 180 problems of 8 in the panel-only recording)
+    assert s.correct == sum(r["correct"] for r in rows)
+    assert s.samples == len(rows) == len({r["problem_id"] for r in rows}) * w.samples_per_problem()
     assert sorted(p.name for p in run.iterdir()) == before  # nothing written
     assert "graded in memory" in "\n".join(runs.summary_lines([s]))
 
@@ -66,7 +72,7 @@ def test_the_summary_of_an_ungraded_run_grades_in_memory_and_writes_nothing(fold
 def test_a_limit_above_the_tasks_size_says_how_many_problems_it_took(folder, root, tmp_path):
     out, _ = folder
     run = tmp_path / "limited"
-    shutil.copytree(out / "tiny-panel", run)
+    shutil.copytree(out / shipped_world(root).panel, run)
     manifest = json.loads((run / "manifest.json").read_text())
     manifest["settings"]["limit"] = 100000
     (run / "manifest.json").write_text(json.dumps(manifest))

@@ -214,8 +214,9 @@ def test_every_command_takes_one_stage_list_syntax(study, good, bad, capsys):
         assert says in capsys.readouterr().err
 
 
-# the shipped world run is of the earlier design, which the world pipeline no longer writes: its refusal is
-# tests/test_folders.py::test_the_shipped_world_run_is_read_but_takes_no_stage_of_the_matched_design
+# the shipped world run (of the earlier design, which the world pipeline no longer writes and refuses, or of the
+# matched design, every stage done at its own scale): tests/test_folders.py::
+# test_the_shipped_world_run_is_read_and_takes_stages_of_its_own_scale_alone
 @pytest.mark.parametrize("study, folder, seeds", [("personas", "personas-h200", None),
                                                   ("collab", "collab-h200", None)])
 def test_every_stage_of_a_shipped_run_is_skipped(root, study, folder, seeds):

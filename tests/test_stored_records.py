@@ -7,6 +7,7 @@ import json
 import shutil
 
 import pytest
+from _fixtures import shipped_world
 
 from polyvox import runs
 from polyvox.jsonl import RecordError, exists, iter_jsonl, stored
@@ -59,11 +60,12 @@ def test_missing_either_way_is_file_not_found(tmp_path):
 
 def test_a_run_folder_with_gzipped_grades_is_a_run(root, tmp_path):
     """The shipped world evaluation's graded.jsonl, stored gzipped: found, loaded, and the same samples."""
-    src = root / "data/runs/world/seed-0/eval/cap-256/tiny-panel"
-    run = tmp_path / "tiny-panel"
+    w = shipped_world(root)
+    src = w.folder(w.panel)
+    run = tmp_path / w.panel
     run.mkdir()
     shutil.copy(src / "manifest.json", run / "manifest.json")
-    (run / "graded.jsonl.gz").write_bytes(gzip.compress((src / "graded.jsonl").read_bytes()))
+    (run / "graded.jsonl.gz").write_bytes(gzip.compress(("\n".join(w.lines(w.panel)) + "\n").encode("utf-8")))
     assert runs.is_run(run) and runs.find_runs(tmp_path) == [run]
     got, want = runs.graded_samples(run), runs.graded_samples(src)
     assert got.equals(want) and len(got) > 0
@@ -72,13 +74,35 @@ def test_a_run_folder_with_gzipped_grades_is_a_run(root, tmp_path):
 
 # ---------------------------------------------------------------- shipping a recorded run
 
+def _large_grades(root) -> str:
+    """The shipped world run's panel evaluation at its smallest cap, as the text of a graded.jsonl larger than
+    ship.GZIP_OVER: the recording's grades as they are (recorded runs: ~1 MB, trained models' samples compress
+    ~30×); a smaller evaluation (a smoke-scale stand-in: a few dozen samples) repeated, each copy under new
+    sample indices, until it is."""
+    from polyvox import ship
+
+    w = shipped_world(root)
+    text = "\n".join(w.lines(w.panel)) + "\n"
+    rows = [json.loads(x) for x in w.lines(w.panel)]
+    n, copies = max(r["sample_index"] for r in rows) + 1, 1
+    while len(text.encode("utf-8")) <= ship.GZIP_OVER:
+        text += "".join(json.dumps({**r, "sample_index": r["sample_index"] + copies * n}) + "\n" for r in rows)
+        copies += 1
+    return text
+
+
 def _recorded(tmp_path, root):
+    """A recorded run to ship (src/: an evaluation, adapters, a checkpoint, a log) and want/, a run folder of the
+    same evaluation's manifest and grades (src/'s evaluation sits beside a rollouts.jsonl that is no run's)."""
     src = tmp_path / "src"
     ev = src / "seed-0/eval/cap-256/panel"
     ev.mkdir(parents=True)
-    real = root / "data/runs/world/seed-0/eval/cap-256/tiny-panel"
-    shutil.copy(real / "manifest.json", ev / "manifest.json")
-    shutil.copy(real / "graded.jsonl", ev / "graded.jsonl")  # ~1 MB: stored gzipped
+    w = shipped_world(root)
+    text = _large_grades(root)
+    for folder in (ev, tmp_path / "want"):
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copy(w.folder(w.panel) / "manifest.json", folder / "manifest.json")
+        (folder / "graded.jsonl").write_text(text)  # ~1 MB: stored gzipped
     (ev / "rollouts.jsonl").write_text("{}\n")  # beside its grades: left out
     (ev / ".lock").write_text("")
     ad = src / "seed-0/rl-panel/hard/adapter"
@@ -103,8 +127,8 @@ def test_ship_keeps_records_stores_large_ones_gzipped_and_leaves_weights(tmp_pat
                     "seed-0/rl-panel/hard/adapter/adapter_model.safetensors", "seed-0/rl-panel/checkpoint-5/optimizer.pt"}
     shipped = dest / "seed-0/eval/cap-256/panel"
     assert (shipped / "graded.jsonl.gz").stat().st_size * 10 < (ev / "graded.jsonl").stat().st_size
-    real = root / "data/runs/world/seed-0/eval/cap-256/tiny-panel"  # what src's graded.jsonl was copied from
-    assert runs.graded_samples(shipped).equals(runs.graded_samples(real))
+    want = tmp_path / "want"  # what src's graded.jsonl holds (the shipped recording's grades)
+    assert runs.graded_samples(shipped).equals(runs.graded_samples(want)) and len(runs.graded_samples(want)) > 0
     assert (dest / "seed-0/rl-panel/train_log.jsonl").read_text() == '{"step": 1}\n'
     assert (dest / "seed-0/rl-panel/hard/adapter/adapter_config.json").exists()
     with pytest.raises(ValueError, match="already exists"):

@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from polyvox.studies.world import power
+from polyvox.studies.world import analysis as A
+from polyvox.studies.world import layout, power
 
 
 def test_power_reproduces_the_two_proportion_sample_size():
@@ -51,10 +52,34 @@ def test_the_minimum_detectable_effect_is_the_effect_the_design_detects():
 
 
 def test_between_seed_spread_of_the_recorded_runs(root):
-    r = power.recorded_spread(root / "data/runs/world")
-    assert r["seeds"] == [0, 1, 2] and r["seeds_at_one_commit"] == [1, 2]
-    acc = r["panel_accuracy"]
-    assert [round(acc["values"][k], 3) for k in (0, 1, 2)] == [0.897, 0.648, 0.878]
-    assert acc["between_sd_all"] == pytest.approx(0.1385, abs=1e-3)
-    assert r["panel_climb_gain"]["between_sd_all"] == 0.0  # spread below the binomial: method of moments floors at 0
+    """The panel-only recording's spread as recorded; a matched recording's (at the largest cap every seed was
+    evaluated at) from its own records: each seed's panel accuracy, each climb's gain, the seeds of one commit."""
+    world = root / "data/runs/world"
+    if layout.of(world) == layout.PANEL_ONLY:
+        r = power.recorded_spread(world)
+        assert r["seeds"] == [0, 1, 2] and r["seeds_at_one_commit"] == [1, 2]
+        acc = r["panel_accuracy"]
+        assert [round(acc["values"][k], 3) for k in (0, 1, 2)] == [0.897, 0.648, 0.878]
+        assert acc["between_sd_all"] == pytest.approx(0.1385, abs=1e-3)
+        assert r["panel_climb_gain"]["between_sd_all"] == 0.0  # spread below the binomial: method of moments floors at 0
+    else:
+        seeds = A.seeds(world)
+        cap = A.common_caps(world, seeds)[-1]
+        r = power.recorded_spread(world, cap)
+        commits = {k: A.manifest(layout.rl_folders(world, k)["panel"]).get("git_commit") for k in seeds}
+        same = max(([k for k in seeds if commits[k] == c] for c in commits.values()), key=len)
+        assert r["seeds"] == seeds and r["seeds_at_one_commit"] == same
+        acc, evals = r["panel_accuracy"], {k: A.load_eval(world, k, cap)["tiny-panel"] for k in seeds}
+        assert acc["values"] == pytest.approx({k: e.correct.mean() for k, e in evals.items()})
+        assert acc["samples"] == min(len(e) for e in evals.values())
+        p = acc["p"]
+        assert p == pytest.approx(sum(acc["values"].values()) / len(seeds))
+        within = p * (1 - p) / acc["samples"]
+        assert acc["between_sd_all"] == pytest.approx(power.between_sd(acc["values"].values(), within))
+        for arm in ("panel", "think"):
+            traj = {k: A.read_log(world / f"seed-{k}/hillclimb-{arm}", "heldout_trajectory.jsonl")[0] for k in seeds}
+            gain = r[f"{arm}_climb_gain"]
+            assert gain["values"] == pytest.approx({k: t.heldout_mean.iloc[-1] - t.heldout_mean.iloc[0]
+                                                    for k, t in traj.items()})
+            assert gain["between_sd_all"] >= 0
     assert power.between_sd([0.1, 0.3]) == pytest.approx(math.sqrt(0.02))

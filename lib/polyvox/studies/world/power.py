@@ -180,17 +180,23 @@ def between_sd(values, within_var: float = 0.0) -> float:
 
 
 def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """A JSONL record's rows, read plain or stored gzipped (a shipped recording's large records)."""
+    from ...jsonl import iter_jsonl
+
+    return [row for _, row in iter_jsonl(path)]
 
 
 def recorded_spread(root: str | Path, cap: int = 1024) -> dict:
-    """Between-seed spread in a recorded world run (the design before issue 21): σ_b of the panel arm's
-    evaluation accuracy at ``cap`` (its RL seeds; the old think arm had none) and of each hill-climb's
-    gain (held-out accuracy at the last step − at step 0), over every seed and over the seeds recorded
-    at one commit (the largest such set); with p and the number of held-out problems × samples each used."""
+    """Between-seed spread in a recorded world run (either design, :mod:`.layout`): σ_b of the panel arm's
+    evaluation accuracy at ``cap`` (its RL seeds; the panel-only design's think arm had none) and of each
+    hill-climb's gain (held-out accuracy at the last step − at step 0), over every seed and over the seeds
+    recorded at one commit (the largest such set); with p and the number of held-out problems × samples each used."""
+    from . import layout
+
     root = Path(root)
     seeds = sorted(int(d.name.split("-")[1]) for d in root.glob("seed-*") if d.name.split("-")[1].isdigit())
-    commit = {k: json.loads((root / f"seed-{k}/panel-rl/manifest.json").read_text()).get("git_commit") for k in seeds}
+    commit = {k: json.loads((layout.rl_folders(root, k)["panel"] / "manifest.json").read_text()).get("git_commit")
+              for k in seeds}
     groups: dict = {}
     for k in seeds:
         groups.setdefault(commit[k], []).append(k)
@@ -198,7 +204,7 @@ def recorded_spread(root: str | Path, cap: int = 1024) -> dict:
     out: dict = {"seeds": seeds, "seeds_at_one_commit": same}
     acc, n_samples = {}, {}
     for k in seeds:
-        rows = _jsonl(root / f"seed-{k}/eval/cap-{cap}/tiny-panel/graded.jsonl")
+        rows = _jsonl(layout.eval_folder(root, k, cap, "tiny-panel") / "graded.jsonl")
         acc[k], n_samples[k] = sum(bool(r["correct"]) for r in rows) / len(rows), len(rows)
     p = sum(acc.values()) / len(acc)
     w = p * (1 - p) / min(n_samples.values())
