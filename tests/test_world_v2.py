@@ -231,7 +231,8 @@ def test_the_shipped_models_seed_h200_v2_but_no_other_models_settings(root, tmp_
 
 def test_seeded_models_are_the_models_stage_of_the_run(root, tmp_path):
     """The models stage of a scale whose models settings the record shares, done by copying (smoke scale with the
-    shipped record's models section, so that the copy is the only work); the record says where they came from."""
+    shipped record's models section, so that the copy is the only work); the record says where they came from: the
+    commit that trained them, through the shipped record, itself a copy (seeded_from) of the run that trained them."""
     s = {**W.load_scale("smoke"), "models": dict(W.load_scale("h200-v2")["models"])}
     out = tmp_path / "w"
     W.pipeline(out, s, models_from=(root / "data/models", root / "data/runs/world/models")).run(["models"])

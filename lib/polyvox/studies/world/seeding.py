@@ -3,8 +3,8 @@ shipped ones) instead of training them again: ``polyvox world run --models-from 
 
 :func:`models_source_problems` says, one line each, why a source is not this scale's models stage (its stage record's
 models settings differ, a model is missing, a card's size or steps differ); :func:`seed_models` copies them (each
-model under a temporary name, renamed when whole) and returns the record's ``seeded_from`` (the source's commit,
-time and library versions), so the run says where its models came from.
+model under a temporary name, renamed when whole) and returns the record's ``seeded_from`` (the commit, time and
+library versions of the run that trained them, through any earlier copies), so the run says where its models came from.
 """
 from __future__ import annotations
 
@@ -61,5 +61,8 @@ def seed_models(out: Path, s: dict, source: str | Path, record: str | Path) -> d
             shutil.rmtree(tmp)
         shutil.copytree(Path(source) / m, tmp)
         tmp.rename(out / "models" / m)
-    return {"seeded_from": {"models": str(source), "record": str(record), "git_commit": rec.get("git_commit"),
-                            "finished": rec.get("finished"), "versions": rec.get("versions")}}
+    # A record that was itself seeded names the run that trained the models: carry that one's commit, time and
+    # versions (the copy's own commit says nothing about the code that trained them).
+    trained = rec.get("seeded_from") or rec
+    return {"seeded_from": {"models": str(source), "record": str(record), "git_commit": trained.get("git_commit"),
+                            "finished": trained.get("finished"), "versions": trained.get("versions")}}
