@@ -73,15 +73,19 @@ def test_shipped_models_load_and_generate_on_cpu(root):
     p = world.generate(1, seed=9, levels=[1], split="test")[0]
     base = TransformersBackend(str(root / "data/models/tiny-base"))
     think = TransformersBackend(str(root / "data/models/tiny-think"))
-    panel = TransformersBackend(str(root / "data/models/tiny-base"),
-                                adapter=str(root / "data/runs/world/seed-0/panel-rl/hard/adapter"))
+    # the shipped run's two arms: seed 0's hard-stage LoRA of each, on tiny-base (the matched design)
+    adapters = root / "data/runs/world/seed-0"
+    panel = TransformersBackend(str(root / "data/models/tiny-base"), adapter=str(adapters / "rl-panel/hard/adapter"))
+    think_rl = TransformersBackend(str(root / "data/models/tiny-base"), adapter=str(adapters / "rl-think/hard/adapter"))
     params = SamplingParams(max_tokens=200, temperature=0.0)
     [b] = base.generate([Request(formats.panel_prompt(p.text))], params)
     [t] = think.generate([Request(formats.build_prompt("think", p.text, think.tokenizer).text)], params)
     [pa] = panel.generate([Request(formats.panel_prompt(p.text))], params)
+    [tr] = think_rl.generate([Request(formats.build_prompt("think", p.text, think_rl.tokenizer).text)], params)
     assert b.completion_tokens > 0
     assert "</think>" in t.text and rl.reward("think", t.text, str(p.answer))[1]  # a level-1 problem, greedy
     assert formats.tags_valid(pa.text) and rl.reward("panel", pa.text, str(p.answer))[1]
+    assert "</think>" in tr.text and rl.reward("think", tr.text, str(p.answer))[1]
     card = json.loads((root / "data/models/tiny-base/card.json").read_text())
     assert card["architecture"] == "Qwen3ForCausalLM" and card["parameters"] < 10_000_000
 

@@ -372,14 +372,18 @@ class Comparison:
     def kind(self) -> str:
         """"across seeds" (the interval excludes 0 and the pooled test is significant), "every seed"
         (each seed significant, same sign, the across-seed interval holding 0), "pooled only" (the
-        pooled test alone), or "none"."""
+        pooled test alone), "interval only" (the across-seed interval excludes 0 but the pooled test is
+        not significant after Holm: undecided, and not a null — the estimate may exceed the minimum
+        detectable effect), or "none"."""
         across = self.interval.excludes_zero() == self.direction() != 0
         pooled = self.p_pooled_holm < ALPHA
         if across and pooled:
             return "across seeds"
         if self.every_seed():
             return "every seed"
-        return "pooled only" if pooled else "none"
+        if pooled:
+            return "pooled only"
+        return "interval only" if across else "none"
 
     def mde_text(self, what: str = "difference") -> str:
         """``no difference larger than 15.1 points (minimum detectable effect, 80% power, α = 0.05)``."""
@@ -389,7 +393,9 @@ class Comparison:
 
     def verdict(self, up: str, down: str, neither: str, what: str = "difference") -> str:
         """The verdict the numbers allow, in words (:meth:`kind`); a null carries its minimum detectable
-        effect, and so does a direction the seeds do not agree on."""
+        effect, and so does a direction the seeds do not agree on; an interval that excludes 0 without a
+        significant pooled test is undecided (never "no difference larger than the MDE", which its own
+        estimate may contradict)."""
         word = up if self.direction() > 0 else down
         n_sig, k = sum(p < ALPHA for p in self.p_seed_holm), len(self.seeds)
         return {"across seeds": word if n_sig == k or k < 2 else
@@ -397,6 +403,10 @@ class Comparison:
                 "every seed": f"{word} in every seed, each significant (the across-seed interval holds 0)",
                 "pooled only": f"{word} on the pooled test only — a test of these seeds' samples, conditional on the "
                                f"seeds, not across seeds; {self.mde_text(what)} across seeds",
+                "interval only": f"undecided — {word} by the across-seed interval alone ({100 * self.interval.mean:+.1f} "
+                                 f"points, 95% interval {100 * self.interval.low:+.1f} to {100 * self.interval.high:+.1f}), "
+                                 f"but the pooled test is not significant after Holm's correction "
+                                 f"({p_text(self.p_pooled_holm)}), so neither a {what} nor its absence is stated",
                 "none": f"{neither} — {self.mde_text(what)}"}[self.kind()]
 
     def seeds_sentence(self) -> str:
