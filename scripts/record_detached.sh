@@ -74,10 +74,13 @@ case "${1:-}" in
     mkdir -p "$dest"
     # every file but TRL checkpoints, locks and safetensors weights; weights matching a PACK_KEEP glob (relative
     # to RUN_DIR; * spans folders) are kept: the ones a later stage reads, so that a lost host can be resumed
+    # split PACK_KEEP on spaces without pathname expansion: an unquoted `for g in $PACK_KEEP` turned '*' into the
+    # names in the current folder, so PACK_KEEP='*' kept no weights (a collab recording came back without them)
+    keep=(); read -r -a keep <<< "${PACK_KEEP:-}"
     (cd "$(dirname "$dir")" && base=$(basename "$dir") &&
      find "$base" -type f ! -path '*/checkpoint-*' ! -name .lock -print0 | while IFS= read -r -d '' f; do
        if [[ $f == *.safetensors ]]; then
-         k=0; for g in ${PACK_KEEP:-}; do [[ ${f#"$base"/} == $g ]] && k=1; done; (( k )) || continue
+         k=0; for g in "${keep[@]}"; do [[ ${f#"$base"/} == $g ]] && k=1; done; (( k )) || continue
        fi
        printf '%s\0' "$f"
      done | tar czf - --null -T -) | split -b "${mib}M" - "$dest/$(basename "$dir").tgz.part-"

@@ -100,3 +100,10 @@ def test_pack_keeps_the_weights_pack_keep_names(tmp_path):
         names = set(tar.getnames())
     assert names == {"wv2/seed-0/rl-panel/easy/adapter/adapter_model.safetensors",
                      "wv2/models/tiny-base/adapter_model.safetensors"}
+    # '*' keeps every weight, whatever files sit in the folder the script runs from (no pathname expansion)
+    (tmp_path / "decoy").write_text("a file a shell glob would have matched")
+    env = {"PACK_KEEP": "*"}
+    assert _run(tmp_path, "pack", str(tmp_path / "all"), str(run), env=env).returncode == 0
+    with tarfile.open(next((tmp_path / "all").glob("wv2.tgz.part-*"))) as tar:
+        kept = {n for n in tar.getnames() if n.endswith(".safetensors")}
+    assert len(kept) == 4
