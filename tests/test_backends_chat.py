@@ -32,3 +32,29 @@ def test_the_transformers_backend_answers_a_chat_request_as_its_rendered_prompt(
     assert [c.prompt_tokens for c in got] == [c.prompt_tokens for c in want]
     raw = be.generate([Request(r.prompt, seed=r.seed) for r in chat], params)  # the message without the template
     assert [c.prompt_tokens for c in raw] != [c.prompt_tokens for c in got]
+
+
+@pytest.mark.parametrize("fmt", ["think", "plain", "panel"])
+def test_a_local_backends_format_prompt_is_templated_once_and_is_what_the_trainer_reads(fmt):
+    """A local backend's ``prompt(fmt, text)`` (what runs.sample, the bands and evaluations send) reaches the model
+    exactly as GRPO's trainer builds it: one user turn, one assistant header. Regression: the think prompt came back
+    templated but marked as a chat request, so local_prompt templated it again — a user turn inside a user turn, 10
+    tokens longer, without enable_thinking — and Part IV's thinking arm was evaluated on a prompt it was never trained
+    on (a shipped model's real tokenizer and template here, since the template decides the text)."""
+    from pathlib import Path
+
+    from polyvox.backends.base import LocalBackend
+    from polyvox.train import grpo
+
+    tok = AutoTokenizer.from_pretrained(Path(__file__).resolve().parents[1] / "data/models/tiny-base")
+    backend = LocalBackend()
+    backend.tokenizer = tok
+    text = "Tom has 3 apples and buys 4 more. How many apples does he have?"
+    sent = local_prompt(tok, Request.of(backend.prompt(fmt, text), seed=0))
+    if fmt != "plain":
+        assert sent == grpo.prompt_for(fmt, text, tok)
+    if fmt != "panel":
+        assert sent.count("<|im_start|>user") == 1 and sent.count("<|im_start|>assistant") == 1
+        assert sent == tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                               add_generation_prompt=True, enable_thinking=fmt == "think")
+    assert sent.count(text) == 1

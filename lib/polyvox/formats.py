@@ -36,7 +36,12 @@ FORMATS = ("panel", "think", "plain")
 class Prompt:
     text: str  # what the backend receives: templated text, or the user message for a chat endpoint
     stop: tuple[str, ...]
-    chat: bool  # True for chat formats
+    # True: ``text`` is the user message and whoever receives it applies the chat template (a chat endpoint, or
+    # backends.base.local_prompt); False: ``text`` is what the model reads, already templated where the format
+    # has a template. A local backend's think/plain prompt is templated here, so it is False: marking it True
+    # made local_prompt template it a second time (a user turn inside a user turn, without enable_thinking),
+    # which the thinking arm of Part IV's recording sampled under in its pilot, evaluations and bands.
+    chat: bool
     template_kwargs: dict = field(default_factory=dict)  # chat endpoints template on the server: these options
 
 
@@ -57,7 +62,7 @@ def build_prompt(fmt: str, problem: str, tokenizer=None) -> Prompt:
             raise ValueError(f"format {fmt!r} needs the model's tokenizer for its chat template")
         text = tokenizer.apply_chat_template([{"role": "user", "content": problem}], tokenize=False,
                                              add_generation_prompt=True, enable_thinking=(fmt == "think"))
-        return Prompt(text, (), True)
+        return Prompt(text, (), False)  # templated already: not a chat request (see Prompt.chat)
     raise ValueError(f"unknown format {fmt!r}; formats: {', '.join(FORMATS)}")
 
 
