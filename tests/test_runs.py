@@ -149,3 +149,60 @@ def test_caching_backend_passes_prompts_through(backend, tmp_path):
     cached = CachingBackend(backend, tmp_path / "c.jsonl")
     assert cached.prompt("think", "hi") == backend.prompt("think", "hi")
     assert cached.identity() == backend.identity()
+
+
+class Reworded(Counting):
+    """The same model, with another prompt code (a changed template): what a resume after a prompt fix would use."""
+
+    def prompt(self, fmt, text):
+        p = self.inner.prompt(fmt, text)
+        return type(p)("Answer carefully.\n" + p.text, p.stop, p.chat, dict(p.template_kwargs))
+
+
+def test_a_resume_refuses_a_folder_sampled_from_other_prompts(backend, tmp_path, root):
+    """The settings do not name the prompt code, so the records' prompt hashes do: a folder cut short (a kill) and
+    resumed by code that builds other prompts is refused, naming the file and line, before anything is written;
+    the same code resumes it."""
+    out = _run(tmp_path / "run", backend, root)
+    lines = (out / "rollouts.jsonl").read_text().splitlines()
+    (out / "rollouts.jsonl").write_text("\n".join(lines[:3]) + "\n")  # three of six samples survive
+    manifest = (out / "manifest.json").read_bytes()
+    reworded = Reworded(backend)
+    assert {pid for _, pid, _, _, _ in runs.prompt_mismatches(out / "rollouts.jsonl", {
+        json.loads(l)["problem_id"]: reworded.prompt("panel", "x") for l in lines[:3]})} == \
+        {json.loads(l)["problem_id"] for l in lines[:3]}
+    with pytest.raises(RecordError, match=r"rollouts.jsonl:1: problem .* sampled from another prompt than this code "
+                                          r"builds .*3 such records"):
+        _run(out, reworded, root)
+    assert (out / "manifest.json").read_bytes() == manifest and reworded.requests == 0
+    _run(out, backend, root)  # the code that sampled it completes it
+    assert len((out / "rollouts.jsonl").read_text().splitlines()) == 6
+    assert runs.prompt_mismatches(out / "rollouts.jsonl", {}) == []
+
+
+class TemplatedTwice(Counting):
+    """The prompt code before the fix: a think prompt templated here and marked as a chat request, so the local
+    backend templated it again (same text, same request hash; a longer rendered prompt)."""
+
+    def prompt(self, fmt, text):
+        p = self.inner.prompt(fmt, text)
+        return type(p)(p.text, p.stop, True, dict(p.template_kwargs))
+
+
+def test_recorded_prompts_are_checked_by_what_the_model_read(backend, tmp_path, root):
+    """check_recorded_prompts: a folder sampled through a doubly templated prompt has the same request hashes as
+    the right one, but every record's prompt length differs from the prompt this code renders; a folder sampled by
+    this code has none; and a resume of the doubled folder is refused."""
+    doubled = _run(tmp_path / "doubled", TemplatedTwice(backend), root, fmt="think")
+    right = _run(tmp_path / "right", backend, root, fmt="think")
+    got = runs.check_recorded_prompts(doubled, backend.tokenizer, root / "data")
+    assert got["checked"] == 6 and got["mismatched"] == 6 and got["first"][2] == "prompt_tokens"
+    assert got["first"][3] > got["first"][4]  # the doubled prompt is the longer one
+    assert runs.check_recorded_prompts(right, backend.tokenizer, root / "data")["mismatched"] == 0
+    hashes = lambda p: [json.loads(l)["prompt_hash"] for l in (p / "rollouts.jsonl").read_text().splitlines()]  # noqa: E731
+    assert hashes(doubled) == hashes(right)
+    lines = (doubled / "rollouts.jsonl").read_text().splitlines()
+    (doubled / "rollouts.jsonl").write_text("\n".join(lines[:2]) + "\n")
+    with pytest.raises(RecordError, match=r"rollouts.jsonl:1: .*\(prompt_tokens \d+, now \d+; 2 such records\)"):
+        _run(doubled, backend, root, fmt="think")
+

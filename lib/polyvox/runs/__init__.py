@@ -50,7 +50,8 @@ from .folder import GRADED, MANIFEST, ROLLOUTS, check_out_folder, check_settings
 from .grade import DEFAULT_MAX_UNGRADABLE, STATUSES, grade, grade_completions, grade_samples
 from .load import Run, graded_samples, load, load_problems, per_problem_counts
 from .merge import merge
-from .sample import SAMPLE_RULES, check_sample_args, problem_digests, sample, sample_seed
+from .sample import (SAMPLE_RULES, check_recorded_prompts, check_sample_args, problem_digests, prompt_mismatches,
+                     sample, sample_seed)
 from .summary import RunSummary, summarize, summary_lines
 from .texts import sample_texts
 from .trace import format_ok, split_trace
@@ -58,5 +59,5 @@ from .trace import format_ok, split_trace
 __all__ = ["DEFAULT_MAX_UNGRADABLE", "GRADED", "MANIFEST", "ROLLOUTS", "Run", "SAMPLE_RULES", "STATUSES",
            "check_out_folder", "check_sample_args", "check_settings", "find_runs", "format_ok", "grade",
            "grade_completions", "grade_samples", "graded_samples", "is_run", "load", "load_problems", "merge",
-           "per_problem_counts", "problem_digests", "RunSummary", "sample", "sample_seed", "sample_texts",
+           "per_problem_counts", "problem_digests", "prompt_mismatches", "check_recorded_prompts", "RunSummary", "sample", "sample_seed", "sample_texts",
            "split_trace", "summarize", "summary_lines"]

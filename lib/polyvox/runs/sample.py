@@ -19,7 +19,7 @@ import pydantic
 from pydantic import Field
 
 from .. import formats, tasks
-from ..backends.base import Backend, BackendSpec, Request, SamplingParams
+from ..backends.base import Backend, BackendSpec, LocalBackend, Request, SamplingParams
 from ..records import (KIND_SAMPLE, RecordError, RunLock, Sample, append_jsonl, check_folder_kind, from_dict,
                        iter_jsonl, manifest_kind, now_iso, portable_path, read_manifest, repair_truncated_tail,
                        scrub_text, write_manifest)
@@ -208,6 +208,71 @@ def _check_keys(out: Path, done: dict, problems, n: int) -> None:
                                                     f"0 … {n - 1}): the folder holds records of another run")
 
 
+def prompt_mismatches(path: str | Path, prompts: dict, tokenizer=None) -> list[tuple[int, str, str, object, object]]:
+    """Recorded samples in ``path`` (rollouts or graded JSONL, gzipped or not) not drawn from the prompt this code
+    builds for their problem (``prompts``: problem id → :class:`~polyvox.formats.Prompt`, as
+    ``backend.prompt(fmt, text)`` gives): ``(line, problem id, field, recorded, expected)`` each, ``field``
+    ``"prompt_hash"`` (:meth:`Request.hash`: the request's text and template options) or, with the local model's
+    ``tokenizer``, ``"prompt_tokens"`` (the length of the text the model read, rendered as a local backend renders
+    it). The hash alone cannot see how a request is rendered (a chat flag, a template applied twice); the token
+    count can. Problems absent from ``prompts`` are not checked."""
+    from ..backends.base import local_prompt
+
+    want_hash = {pid: Request.of(pr, 0).hash() for pid, pr in prompts.items()}
+    want_len = {}
+    if tokenizer is not None:
+        rendered = {pid: local_prompt(tokenizer, Request.of(pr, 0)) for pid, pr in prompts.items()}
+        ids = tokenizer(list(rendered.values()), add_special_tokens=False)["input_ids"] if rendered else []
+        want_len = {pid: len(x) for pid, x in zip(rendered, ids)}
+    out = []
+    for line, obj in iter_jsonl(path):
+        pid = obj.get("problem_id")
+        if pid not in want_hash:
+            continue
+        if obj.get("prompt_hash") != want_hash[pid]:
+            out.append((line, pid, "prompt_hash", obj.get("prompt_hash"), want_hash[pid]))
+        elif want_len and obj.get("prompt_tokens") != want_len[pid]:
+            out.append((line, pid, "prompt_tokens", obj.get("prompt_tokens"), want_len[pid]))
+    return out
+
+
+def check_recorded_prompts(folder: str | Path, tokenizer, data_dir="data") -> dict:
+    """A sampled folder's records against the prompts this code builds for its problems (task, options and format
+    from its manifest; ``tokenizer``: the sampled model's, whose chat template a chat format uses), as a local
+    backend builds them: ``{"file", "format", "checked", "mismatched", "first"}``, ``first`` the first mismatch
+    ``(line, problem id, recorded hash, expected hash)`` or None. Reads rollouts, else grades (gzipped or not)."""
+    from ..jsonl import stored
+
+    folder = Path(folder)
+    settings = read_manifest(folder)["settings"]
+    problems = tasks.load(settings["task"], data_dir, limit=settings.get("limit"), **(settings.get("task_options") or {}))
+    local = LocalBackend()
+    local.tokenizer = tokenizer
+    prompts = {p.id: local.prompt(settings["format"], p.text) for p in problems}
+    path = stored(folder / ROLLOUTS)
+    if not path.exists():
+        path = stored(folder / GRADED)
+    bad = prompt_mismatches(path, prompts, tokenizer)
+    checked = sum(1 for _, obj in iter_jsonl(path) if obj.get("problem_id") in prompts)
+    return {"file": path, "format": settings["format"], "checked": checked, "mismatched": len(bad),
+            "first": bad[0] if bad else None}
+
+
+def _check_prompts(out: Path, prompts: dict, tokenizer=None) -> None:
+    """A resumed run appends only to samples drawn from the prompts this code builds: the settings do not name the
+    prompt code, so a folder sampled by other prompt code (a changed template, a template applied twice) would
+    otherwise take new samples from another distribution silently. ``tokenizer``: a local backend's, so that the
+    rendered prompt's length is compared too."""
+    if not (out / ROLLOUTS).exists():
+        return
+    bad = prompt_mismatches(out / ROLLOUTS, prompts, tokenizer)
+    if bad:
+        line, pid, field, got, want = bad[0]
+        raise RecordError(out / ROLLOUTS, line, f"problem {pid} was sampled from another prompt than this code "
+                                                f"builds ({field} {got}, now {want}; {len(bad)} such records): "
+                                                "sample into a new folder")
+
+
 _ABSOLUTE = re.compile(r"(?<![\w.:/~-])/[^\s'\"`]+")
 
 
@@ -321,6 +386,9 @@ def sample(out: str | Path, task: str, fmt: str, backend: Backend | BackendSpec,
                                                      f"{exc} ({type(exc).__name__})") from None
         if todo and isinstance(backend, BackendSpec):
             backend = backend.load()  # a complete run loads nothing
+        if todo and done:  # before anything is written: a refused resume changes no file
+            _check_prompts(out, {p.id: backend.prompt(fmt, p.text) for p in problems},
+                           getattr(backend, "tokenizer", None) if isinstance(backend, LocalBackend) else None)
         secrets = _backend_secrets(backend)
         fields = {"kind": KIND_SAMPLE, "settings": settings, "problem_digests": problem_digests(problems),
                   "label_digests": label_digests(problems),
