@@ -13,8 +13,12 @@
 # pyproject.toml over the tree's (scripts/record_h200.sh's header gives the whole procedure).
 set -eu
 cd "$(git rev-parse --show-toplevel)"
-SLIM=(data/runs/personas-h200 data/runs/collab-h200 data/runs/world/seed-0 data/runs/world/seed-1
-      data/runs/world/seed-2 data/runs/world/bands data/runs/world/bands-redraw data/models/collab-h200)
+# what no device call reads (a world call reads data/models and data/runs/world/models/ alone; a collab or
+# personas call trains its own models)
+SLIM=(data/runs/personas-h200 data/runs/collab-h200 data/runs/collab-h200-ordered data/models/collab-h200
+      data/runs/world/seed-0 data/runs/world/seed-1 data/runs/world/seed-2 data/runs/world/seed-3
+      data/runs/world/seed-4 data/runs/world/bands data/runs/world/bands-redraw data/runs/world/pilot
+      data/runs/world/launch)
 mark="# device_tree.sh prepare"
 exclude=.git/info/exclude
 case "${1:-}" in
