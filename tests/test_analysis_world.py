@@ -327,12 +327,23 @@ def test_verdict_wording_is_computed():
     # each seed significant and positive but the across-seed interval holds 0: it still says so
     c = _comparison([0.05, 0.30, 0.07], [1e-3] * 3, 0.2, -0.01, 0.30)
     assert c.kind() == "every seed" and c.verdict(*words).startswith("tiny-think higher in every seed, each significant")
-    # a null carries its minimum detectable effect
-    c = _comparison([-0.044, 0.106, -0.05], [0.08, 0.01, 0.08], 0.8, -0.062, 0.101)
-    assert c.kind() == "none"
-    assert c.verdict(*words) == (f"no detectable difference — no difference larger than {100 * c.mde:.1f} points "
-                                 "(minimum detectable effect, 80% power, α = 0.05)")
+    # a null carries its minimum detectable effect, never as a bound on the effect
+    c = _comparison([-0.044, 0.106, -0.05], [0.08, 0.01, 0.08], 0.8, -0.062, 0.101, se=0.1)
+    assert c.kind() == "none" and c.mde > 0.101
+    assert c.verdict(*words) == (f"no detectable difference — not detectable across seeds (minimum detectable effect "
+                                 f"{100 * c.mde:.1f} points at 80% power, α = 0.05)")
+    # an interval that reaches past the MDE says that an effect that large is not excluded
+    c = _comparison([-0.044, 0.106, -0.05], [0.08, 0.01, 0.08], 0.8, -0.062, 0.101, se=0.01)
+    assert c.kind() == "none" and c.mde < 0.101
+    assert c.verdict(*words).endswith("the 95% interval reaches 10.1 points, past the minimum detectable effect, so a "
+                                      "difference that large is not excluded")
     assert c.seeds_sentence().startswith("the seeds differ in sign, 1 of 3 significant")
+    # a direction on the pooled test alone: across seeds the change is not established
+    c = _comparison([0.03, -0.11, -0.09, -0.24, -0.01], [0.8, 0.01, 0.09, 1e-4, 0.8], 1e-4, -0.217, 0.039, se=0.05)
+    assert c.kind() == "pooled only"
+    said = c.verdict("a gain", "a loss", "no clear change", "change")
+    assert said.startswith("a loss on the pooled test only") and "across seeds the change is not established" in said
+    assert "larger than" not in said and "past the minimum detectable effect" in said
     # a direction carried by one seed says so
     c = _comparison([-0.03, -0.585, -0.03], [0.35, 1e-4, 0.37], 1e-4, -0.58, -0.01)
     assert c.verdict("a gain", "a loss", "no change") == "a loss, carried by 1 of 3 seeds (the others not significant alone)"
@@ -378,25 +389,27 @@ def test_the_recorded_family_and_the_findings_rows():
     assert gap.interval.high < 0 and gap.p_pooled_holm >= 0.05 and gap.kind() == "interval only"
     rows = F._world(Path(__file__).resolve().parents[1])
     text = " ".join(r.detail for r in rows)
-    assert "no difference distinguishable across seeds — no difference larger than" in text  # think − panel
+    assert "no difference established — not detectable across seeds (minimum detectable effect" in text  # think − panel
     assert "the seeds differ in sign" in text and re.search(r"panel arm \+\d+\.\d points .*per seed (\+\d+\.\d, ){4}\+\d+\.\d: a gain", text)
     assert "panel arm +" in text and ": a gain;" in text
     assert "undecided — the panel arm gains more by the across-seed interval alone" in text
-    assert "no difference larger than" not in text.split("the arms compared")[1]  # the gap's estimate exceeds its MDE
+    assert "larger than" not in text  # a minimum detectable effect is never stated as a bound
     for lo, hi in re.findall(r"interval ([-+]\d+\.\d) to ([-+]\d+\.\d)", text):
         assert -100 <= float(lo) <= float(hi) <= 100
 
 
 def test_level_room_flags_ceilings_and_floors_on_the_shipped_run():
     """At 1,024 tokens on the shipped recording: each level's accuracy over the seeds, a level where both systems
-    are above 95 % (or below 5 %) said to have no room; the rule on made-up accuracies through the same function."""
+    are above 80 % (or below 20 %: issue 21's rule, the pilot's bounds) said to have no room; the rule on made-up
+    accuracies through the same function."""
     seeds = W.seeds(WORLD)
     cap = W.common_caps(WORLD, seeds)[-1]  # 1,024 tokens in the recordings
     room = W.level_room(WORLD, seeds, cap)
     assert list(room.index)[-1] == "all" and set(room.columns) >= {"tiny-panel", "tiny-think", "can move", "why"}
     for lv, r in room.iterrows():
-        both_high = r["tiny-panel"] > 0.95 and r["tiny-think"] > 0.95
-        both_low = r["tiny-panel"] < 0.05 and r["tiny-think"] < 0.05
+        assert W.ROOM == (0.20, 0.80)
+        both_high = r["tiny-panel"] > 0.80 and r["tiny-think"] > 0.80
+        both_low = r["tiny-panel"] < 0.20 and r["tiny-think"] < 0.20
         assert r["can move"] == (not (both_high or both_low))
         assert (r["why"] == "") == r["can move"]
     # a ceiling at 50 %: every level with both systems above it is stuck; a floor at 50 %: every level below it
@@ -492,3 +505,52 @@ def test_an_evaluation_is_read_once_until_its_file_changes(root, tmp_path, monke
     keep = min(40, len(lines) - 1)  # fewer than it holds
     graded.write_text("".join(lines[:keep]))
     assert len(W.load_eval(root, 0, cap)["tiny-think"]) == keep and len(reads) == 3
+
+
+def test_no_verdict_states_a_bound_or_a_null_its_interval_contradicts():
+    """Finding 2/3 of the Part IV review: whatever the numbers, a null ("none") holds 0 in its interval, and no
+    verdict phrases the minimum detectable effect as an upper bound on the effect."""
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        k = int(rng.integers(2, 7))
+        per_seed = rng.normal(rng.normal(0, 0.1), rng.uniform(0.001, 0.2), size=k)
+        half = rng.uniform(0.0, 0.3)
+        c = _comparison(per_seed, rng.uniform(0, 0.2, size=k), float(rng.uniform(0, 0.1)),
+                        float(per_seed.mean() - half * rng.uniform(0.5, 1.5)),
+                        float(per_seed.mean() + half * rng.uniform(0.5, 1.5)), se=float(rng.uniform(0.001, 0.2)))
+        said = c.verdict("up", "down", "no change", "change")
+        assert "larger than" not in said
+        if c.kind() == "none":
+            assert c.interval.low <= 0 <= c.interval.high or c.direction() == 0
+
+
+def test_descriptive_views_of_the_shipped_run():
+    """The review's findings 6–9 and 18 on the shipped recording: the launcher's sessions and the stages run again,
+    the held-out near-collapses of the climbs, each RL arm's step-0 levels against [20 %, 80 %], and think − panel on
+    the movable levels alone."""
+    seeds = W.seeds(WORLD)
+    sessions = W.launch_sessions(WORLD)
+    if len(sessions):
+        again = W.rerun_jobs(sessions)
+        assert all(len(s) > 1 for s in again.values())
+        assert all(sessions[sessions.job == j].session.nunique() == len(s) for j, s in again.items())
+    assert W.session_label("1-2026-12-02T2210Z") == "session 1 (2026-12-02 22:10 UTC)"
+    assert W.session_label("latest") == "the last session" and W.session_label("other") == "other"
+    traj = {k: W.read_log(WORLD / f"seed-{k}/hillclimb-think", "heldout_trajectory.jsonl")[0] for k in seeds}
+    dips = W.heldout_dips(traj)
+    for r in dips.itertuples():
+        t = traj[r.seed]
+        assert r.lowest == pytest.approx(t.heldout_mean.iloc[1:].min()) and r.dip == (r.lowest < 0.5 * r.start)
+    rl = {a: {"traj": {k: W.read_log(layout.rl_folders(WORLD, k)[a], "heldout_trajectory.jsonl")[0] for k in seeds}}
+          for a in layout.rl_folders(WORLD, seeds[0])}
+    lv = W.start_levels(rl)
+    assert set(lv.arm) == set(rl) and ((lv["at step 0"] < 0.2) | (lv["at step 0"] > 0.8)).eq(lv.outside).all()
+    cap = W.common_caps(WORLD, seeds)[0]
+    room = W.level_room(WORLD, seeds, cap).drop(index="all")
+    movable = list(room.index[room["can move"]])
+    mv = W.movable_difference(WORLD, seeds, cap, movable, n_boot=300)
+    assert W.movable_difference(WORLD, seeds, cap, []) is None
+    if mv is not None:
+        want = [W.problem_differences(*(df[df.level.isin(movable)] for df in W.load_eval(WORLD, k, cap).values())).mean()
+                for k in seeds]
+        assert mv.per_seed == pytest.approx(want) and -1 <= mv.low <= mv.mean <= mv.high <= 1

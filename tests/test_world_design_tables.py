@@ -116,12 +116,15 @@ def test_power_is_not_claimed_where_nothing_varies(monkeypatch, tmp_path):
     root = _run(tmp_path)
     flat = {"tiny-panel accuracy": {"p": 0.0, "samples": 4800, "between_sd": 0.0},
             "tiny-think accuracy": {"p": 0.0, "samples": 4800, "between_sd": 0.0},
+            "think − panel": {"values": {0: 0.0, 1: 0.0}, "p": 0.0, "samples": 4800, "problems": 600, "unit_var": 0.0,
+                              "between_sd": 0.0},
             "panel climb gain": {"p": 0.0, "samples": 400, "between_sd": 0.0},
             "think climb gain": {"p": 0.0, "samples": 400, "between_sd": 0.0}}
     monkeypatch.setattr(D, "spread", lambda root, seeds, cap: flat)
     table = D.power_table(root, [0, 1], 1024)
     assert table["MDE at the run's size"].isna().all() and table["seeds needed"].isna().all()
     moving = {k: {**v, "p": 0.6, "between_sd": 0.015} for k, v in flat.items()}
+    moving["think − panel"] = {**moving["think − panel"], "values": {0: 0.01, 1: 0.03}, "unit_var": 0.02}
     monkeypatch.setattr(D, "spread", lambda root, seeds, cap: moving)
     table = D.power_table(root, [0, 1], 1024).set_index("comparison")
     row = table.loc["think − panel"]
@@ -130,8 +133,17 @@ def test_power_is_not_claimed_where_nothing_varies(monkeypatch, tmp_path):
     assert table.loc["hill-climb gain, panel arm", "problems run"] == 100  # 400 held-out samples of 4
     from polyvox.studies.world import power
 
-    c = power.arm_difference(0.6, 0.015, samples=8)
+    # think − panel as the chapter tests it: paired per seed, the spread of the per-seed differences, S − 1 df
+    c = power.paired_difference(0.6, 0.015, samples=8, unit_var=0.02)
     assert row["MDE at the run's size"] == pytest.approx(power.mde(c, 2, 600))
+    assert c.df(2) == 1 and c.se(2, 600) == pytest.approx(((0.015 ** 2 + 0.02 / 600) / 2) ** 0.5)
+    # the verdicts' formula beside it: (z + z) (t_{k−1} / z) s / √k from the per-seed values
+    from scipy import stats
+
+    s_values = stats.tstd([0.01, 0.03])
+    want = 2.801585 * stats.t.ppf(0.975, 1) / stats.norm.ppf(0.975) * s_values / 2 ** 0.5
+    assert row["MDE, verdicts' formula"] == pytest.approx(min(want, 1.0), rel=1e-5)
+    assert row["under-powered"] == (row["power at the run's size"] < 0.8)
 
 
 def test_matched_is_one_rule_for_every_page(tmp_path, root):

@@ -205,12 +205,14 @@ def _world(root: Path) -> list[Finding]:
     same family of tests and the same Holm correction): think − panel at the smallest and the largest
     cap every seed shares, and the hill-climb gain per arm with the chapter's collapse rule. Intervals are
     the chapter's bootstrap over seeds, then problems (or held-out samples within their level), inside
-    the range the quantity allows; a null carries its minimum detectable effect; the wording is the
+    the range the quantity allows; a null carries its minimum detectable effect (never as a bound on the effect); the
+    wording is the
     comparison's own (``Comparison.verdict``). "Matched" is said only of a run of the matched design whose two
     arms' RL manifests differ in the format and its reward alone (``design_tables.matched``)."""
     from ..studies.world import analysis as W
 
     from ..studies.world import design_tables as D
+    from ..studies.world import prompt_check as PC
 
     w = root / "data" / "runs" / "world"
     seeds = W.seeds(w)
@@ -218,12 +220,17 @@ def _world(root: Path) -> list[Finding]:
     matched = D.matched(w, seeds)
     fam, (small, large) = t["tests"], (t["caps"][0], t["caps"][-1])
     big, little = fam[W.cap_key(large)], (fam[W.cap_key(small)] if small != large else None)
-    words = ("tiny-think higher", "tiny-panel higher", "no difference distinguishable across seeds")
+    words = W.ACROSS_WORDS
+    # the arms' sampled records against their training prompts (the chapter's prompt check): a run whose thinking
+    # arm was sampled on another prompt answers nothing about the arms, and every row says so first
+    prompts_ok, prompts_said = (PC.prompt_verdict(PC.prompt_check(w, root / "data")) if matched else (True, ""))
+    defect = "" if prompts_ok else ("**Not an answer — " + prompts_said.replace("**", "").replace("Every number below", "Every number").rstrip(".")
+                                    + ".** As recorded: ")
     title = ("The panel format against a thinking model under matched training (the study's comparison confounded "
              "format with post-training)" if matched else
              "The panel format against a thinking model, not matched (tiny-panel an RL LoRA, tiny-think a supervised "
              "fine-tune: format confounded with training, as in the study)")
-    out = [Finding("world", title, "miniature only",
+    out = [Finding("world", title, "miniature only", defect +
                    f"at the largest cap every seed shares ({large} tokens), think − panel {W.points(*big.interval)} over {len(seeds)} seeds "
                    f"({W.ACROSS}): **{big.verdict(*words)}** — {big.seeds_sentence()}"
                    + (f". At {small} tokens: {W.points(*little.interval)}, {little.verdict(*words)}" if little else ""),
@@ -238,13 +245,17 @@ def _world(root: Path) -> list[Finding]:
                      + (f"; {n_collapsed} of {len(seeds)} runs collapsed (included, as recorded)" if n_collapsed else ""))
     gg = fam[W.GAIN_GAP]
     out.append(Finding("world", "RL on each arm's own variance band (the study ran the panel arm only)", "miniature only",
-                       f"held-out gain over {len(seeds)} seeds ({W.ACROSS_SAMPLES}; {W.PERMUTATION}, Holm-adjusted): "
+                       defect + f"held-out gain over {len(seeds)} seeds ({W.ACROSS_SAMPLES}; {W.PERMUTATION}, Holm-adjusted): "
                        + "; ".join(parts)
                        + f"; the arms compared, think − panel gain {W.points(*gg.interval)}: "
                        + gg.verdict("the thinking arm gains more", "the panel arm gains more",
                                     "no difference between the arms' gains")
                        + (f" (every seed's climb starts from seed {seeds[0]}'s easy-stage adapter of its arm: conditional "
-                          "on those two adapters)" if matched else ""), "book/world/replication"))
+                          "on those two adapters, which start at "
+                          + " and ".join(f"{100 * climb['gains'][climb['gains'].arm == a].start.mean():.1f}% ({n})"
+                                         for a, n in W.ARMS.items())
+                          + " on the held-out set and train on different bands, so the gains are not matched on "
+                          "starting point or data)" if matched else ""), "book/world/replication"))
     return out
 
 

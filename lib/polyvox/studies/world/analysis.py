@@ -32,7 +32,7 @@ from . import layout
 from .logs import COLLAPSE_WINDOW, collapse, collapse_step, read_log  # noqa: F401 - for the chapter
 from .inference import ALPHA, POWER, Comparison, Interval, Units, family_table  # noqa: F401 - for the chapter
 from .run_tables import (ARMS, VERSION_KEYS, band_stability, bands, dead_levels, environment,  # noqa: F401
-                         records)
+                         launch_sessions, records, rerun_jobs, session_label)
 
 SYSTEMS = ("tiny-panel", "tiny-think")
 LEVEL = 0.95
@@ -122,6 +122,8 @@ def paired_diff(a: pd.DataFrame, b: pd.DataFrame, n_boot: int = 2000) -> tuple[f
 
 
 VERDICT_WORDS = ("tiny-think higher", "tiny-panel higher", "no detectable difference")
+# the words of a verdict across seeds (Comparison.verdict adds "not detectable across seeds" and the MDE to a null)
+ACROSS_WORDS = ("tiny-think higher", "tiny-panel higher", "no difference established")
 
 
 def level_verdicts(ev: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -139,13 +141,16 @@ def level_verdicts(ev: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return pd.DataFrame(out).set_index("level")
 
 
-ROOM = (0.05, 0.95)  # a level whose accuracy lies outside this for both systems leaves no room for a difference
+from .pilot import HIGH as _HIGH, LOW as _LOW  # noqa: E402 - issue 21's rule: levels outside [20 %, 80 %]
+
+ROOM = (_LOW, _HIGH)  # a level whose accuracy lies outside this for both systems, on one side, leaves little room
 
 
 def level_room(root: str | Path, seed_list, cap: int, room=ROOM) -> pd.DataFrame:
     """Per level (and "all"): each system's accuracy over every seed's samples at ``cap`` and whether the level can
     show a difference — not when both systems lie above ``room[1]`` (a ceiling) or both below ``room[0]`` (a
-    floor); ``why`` says which. Issue 21's rule for a tier that stays at 0 or above 95 %."""
+    floor); ``why`` says which. Issue 21's rule: a level outside [20 %, 80 %] is dropped or redesigned, with its
+    reason (:data:`ROOM`, the pilot's bounds)."""
     frames = {s: pd.concat([load_eval(root, k, cap)[s] for k in seed_list]) for s in layout.SYSTEMS}
     rows = []
     for lv in [*sorted(frames[layout.SYSTEMS[0]].level.unique()), "all"]:
@@ -204,8 +209,10 @@ def difference_comparison(name: str, seed_list, diffs, n_boot: int = I.N_BOOT, n
                       I.sign_flip_test(diffs, n_perm=n_perm), SIGN_FLIP, n_perm)
 
 
-ACROSS = "bootstrap over seeds and problems"  # how the chapter names the interval in prose
-ACROSS_SAMPLES = "bootstrap over seeds and held-out samples within their level"
+# how the chapter names the interval in prose (seeds_problems: the percentile interval, widened to the t interval's
+# half-width over the seeds' values, then clipped to the range the quantity can take)
+ACROSS = "bootstrap over seeds and problems, widened to the t interval over seeds"
+ACROSS_SAMPLES = "bootstrap over seeds and held-out samples within their level, widened to the t interval over seeds"
 PERMUTATION = "pooled permutation test (labels permuted within seed and level)"  # how the tests are named in prose
 SIGN_FLIP = "pooled paired test (sign flips of every seed's per-problem differences)"
 
@@ -301,6 +308,10 @@ def rl_runs(root: str | Path, seed_list, n_boot: int = I.N_BOOT, n_perm: int = I
 
 
 GAIN_GAP = "think − panel hill-climb gain"  # the family's name of the difference between the arms' gains
+# the family's name of the step-0 gap: every seed's climb starts from the first seed's adapter of its arm, so its
+# "seeds" are held-out samplings of one pair of adapters, not replications of the RL that made them
+START_GAP = "panel − thinking at step 0 (one adapter pair, resampled)"
+LATE = 3  # evaluations at the end of a climb whose mean gives the gain less sensitive to one noisy endpoint
 T_OVER_SEEDS = "t-test over seeds (each seed's difference of gains)"
 
 
@@ -327,6 +338,7 @@ def hillclimb(root: str | Path, seed_list, n_boot: int = I.N_BOOT, n_perm: int =
     n = cfg["panel"]["heldout_problems"] * cfg["panel"]["heldout_samples"]
     gains = pd.DataFrame([{"arm": a, "seed": k, "start": t.heldout_mean.iloc[0], "end": t.heldout_mean.iloc[-1],
                            "gain": t.heldout_mean.iloc[-1] - t.heldout_mean.iloc[0],
+                           f"gain, mean of last {LATE}": t.heldout_mean.iloc[-LATE:].mean() - t.heldout_mean.iloc[0],
                            "groups with equal rewards": logs[a][k].frac_groups_all_equal.mean()}
                           for a in ARMS for k, t in traj[a].items()])
     collapsed = {(a, k): c for a in ARMS for k in seed_list if (c := collapse(logs[a][k])) is not None}  # (step, rule)
@@ -344,7 +356,7 @@ def hillclimb(root: str | Path, seed_list, n_boot: int = I.N_BOOT, n_perm: int =
                           I.t_test_over_seeds(gap_iv.per_seed), T_OVER_SEEDS, n_perm, monte_carlo=False)
     return {"traj": traj, "logs": logs, "config": cfg, "heldout_n": n, "gains": gains, "kept": kept,
             "collapsed": collapsed, "gain": across, "gain_kept": across_kept, "gain_gap": gain_gap,
-            "start_gap": Comparison("panel − thinking at step 0", across_seeds(gap, combine=_gain, n_boot=n_boot),
+            "start_gap": Comparison(START_GAP, across_seeds(gap, combine=_gain, n_boot=n_boot),
                                     list(seed_list), [I.permutation_test([p], n_perm=n_perm, seed=i) for i, p in enumerate(gap)],
                                     I.permutation_test(gap, n_perm=n_perm), PERMUTATION, n_perm),
             "smoke_fallback": [f"{a} seed {k}" for a in ARMS for k in seed_list
@@ -380,7 +392,7 @@ def tests(root: str | Path, seed_list, n_boot: int = I.N_BOOT, n_perm: int = I.N
     """Every comparison the chapter and the findings summary state, with one Holm correction over all of
     their tests (each seed's and the pooled one): ``tests`` (name → :class:`Comparison`: the panel RL
     gain, think − panel at the smallest and the largest cap every seed shares (:func:`cap_key`), each
-    arm's hill-climb gain as recorded (:func:`gain_key`), the panel − thinking gap at step 0),
+    arm's hill-climb gain as recorded (:func:`gain_key`), the panel − thinking gap at step 0 (:data:`START_GAP`)),
     ``caps`` (the caps compared), ``per_seed`` (cap → :func:`think_minus_panel`'s table, with each
     seed's Holm-adjusted p), ``rl`` (arm → :func:`rl_run`; in the matched design both arms' RL gains join
     the family), ``panel_rl``, ``hillclimb`` (their dicts) and ``design`` (:func:`.layout.of`)."""
@@ -391,10 +403,54 @@ def tests(root: str | Path, seed_list, n_boot: int = I.N_BOOT, n_perm: int = I.N
     for cap in compared:
         per_seed[cap], fam[cap_key(cap)] = think_minus_panel(root, seed_list, cap, n_boot, n_perm)
     fam.update({gain_key(a): climb["gain"][a] for a in ARMS})
-    fam["panel − thinking at step 0"] = climb["start_gap"]
+    fam[START_GAP] = climb["start_gap"]
     fam[GAIN_GAP] = climb["gain_gap"]
     I.holm_family(fam)
     for cap in compared:
         per_seed[cap]["p (Holm)"] = fam[cap_key(cap)].p_seed_holm
     return {"tests": fam, "caps": compared, "per_seed": per_seed, "panel_rl": rls["panel"], "rl": rls,
             "hillclimb": climb, "design": layout.of(root)}
+
+
+# ---------------------------------------------------------------- descriptive views (outside the family)
+
+def movable_difference(root: str | Path, seed_list, cap: int, levels, n_boot: int = I.N_BOOT) -> Interval | None:
+    """think − panel at ``cap`` on ``levels`` alone (the levels :func:`level_room` says can move), per seed the
+    mean per-problem difference on those levels, across seeds by the chapter's interval. Descriptive: not a test
+    of the Holm family (the levels are chosen on the same samples). None when no level is given."""
+    levels = [str(lv) for lv in levels]
+    if not levels:
+        return None
+    diffs = []
+    for k in seed_list:
+        ev = load_eval(root, k, cap)
+        diffs.append(problem_differences(*(df[df.level.isin(levels)] for df in ev.values())))
+    return across_seeds(diffs, n_boot=n_boot)
+
+
+def heldout_dips(traj: dict, frac: float = 0.5) -> pd.DataFrame:
+    """Near-collapses on the held-out set: per seed (``traj``: seed → held-out trajectory), the lowest held-out
+    accuracy at any evaluated step after step 0, its step, the start, and whether it fell below ``frac`` of the
+    start. The collapse rules (:func:`collapse`) read training batches only; this reads the held-out points."""
+    rows = []
+    for k, t in traj.items():
+        later = t.iloc[1:]
+        if later.empty:
+            continue
+        i = later.heldout_mean.to_numpy().argmin()
+        start, low = float(t.heldout_mean.iloc[0]), float(later.heldout_mean.iloc[i])
+        rows.append({"seed": k, "start": start, "lowest": low, "at step": int(later.step.iloc[i]),
+                     "end": float(t.heldout_mean.iloc[-1]), "dip": bool(low < frac * start)})
+    return pd.DataFrame(rows, columns=["seed", "start", "lowest", "at step", "end", "dip"])
+
+
+def start_levels(rls: dict, low: float | None = None, high: float | None = None) -> pd.DataFrame:
+    """Each RL arm's held-out accuracy at step 0 per level, the mean over seeds (``rls``: arm → :func:`rl_run`),
+    and whether it lies outside [``low``, ``high``] (default :data:`ROOM`, the issue's 20–80 % rule)."""
+    low, high = ROOM[0] if low is None else low, ROOM[1] if high is None else high
+    rows = []
+    for a, r in rls.items():
+        per = pd.DataFrame([t.iloc[0].per_level for t in r["traj"].values() if isinstance(t.iloc[0].get("per_level"), dict)])
+        for lv, v in per.mean().items():
+            rows.append({"arm": a, "level": str(lv), "at step 0": float(v), "outside": not low <= v <= high})
+    return pd.DataFrame(rows, columns=["arm", "level", "at step 0", "outside"])

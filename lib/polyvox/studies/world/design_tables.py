@@ -191,9 +191,11 @@ def dirty(made: dict[str, list[str]]) -> list[str]:
 
 
 def spread(root: str | Path, seed_list, cap: int) -> dict:
-    """The run's own between-seed spread (:func:`.power.between_sd`): each arm's evaluation accuracy at ``cap``
-    and each arm's hill-climb gain, with p and the samples each value rests on."""
-    from .analysis import load_eval, read_log
+    """The run's own between-seed spread (:func:`.power.between_sd`): each arm's evaluation accuracy at ``cap``,
+    the per-seed paired difference think − panel at ``cap`` (the quantity the chapter tests: its values, the
+    variance of one problem's difference and the problems per seed) and each arm's hill-climb gain, with p and
+    the samples each value rests on."""
+    from .analysis import load_eval, problem_differences, read_log
 
     root = Path(root)
     out = {}
@@ -205,6 +207,16 @@ def spread(root: str | Path, seed_list, cap: int) -> dict:
         out[f"{sys_} accuracy"] = {"values": acc, "p": p, "samples": n,
                                    "between_sd": power.between_sd(acc.values(), p * (1 - p) / n)
                                    if len(acc) > 1 else None}
+    diffs = {k: problem_differences(*(evs[k][s] for s in layout.SYSTEMS)) for k in seed_list}
+    unit_var = (sum(float(d.var(ddof=1)) for d in diffs.values()) / len(diffs)
+                if all(len(d) > 1 for d in diffs.values()) else 0.0)
+    problems = min(len(d) for d in diffs.values())
+    out["think − panel"] = {"values": {k: float(d.mean()) for k, d in diffs.items()},
+                            "p": sum(out[f"{s} accuracy"]["p"] for s in layout.SYSTEMS) / len(layout.SYSTEMS),
+                            "samples": min(len(evs[k][layout.SYSTEMS[0]]) for k in seed_list), "problems": problems,
+                            "unit_var": unit_var,
+                            "between_sd": power.between_sd([float(d.mean()) for d in diffs.values()], unit_var / problems)
+                            if len(diffs) > 1 else None}
     for arm in ARMS:
         gains, starts = {}, []
         cfg = _json(root / f"seed-{seed_list[0]}" / f"hillclimb-{arm}" / "manifest.json")["config"]
@@ -222,32 +234,49 @@ def spread(root: str | Path, seed_list, cap: int) -> dict:
 
 def power_table(root: str | Path, seed_list, cap: int) -> pd.DataFrame:
     """Per comparison of the design (:mod:`.power`): the effect to detect, the spread and p measured on the
-    run's own seeds, the seeds and held-out problems (at the run's samples per problem) 80 % power needs, what
-    the run has, its power there and its minimum detectable effect. The model is conditional on the problem set
-    (binomial sampling at the mean accuracy, plus the between-seed spread)."""
+    run's own seeds (post hoc: the seeds the chapter then tests), the seeds and held-out problems (at the run's
+    samples per problem) 80 % power needs, what the run has, its power there and its minimum detectable effect;
+    and, beside it, the minimum detectable effect by the verdicts' formula (:func:`.inference.mde`: (z_{1−α/2} +
+    z_{power}) · (t_{k−1}/z) · s/√k, s the sample sd of the per-seed values), so that the two can be compared.
+    think − panel is modelled as the chapter tests it: paired per seed (:func:`.power.paired_difference`, the
+    spread of the per-seed differences, S − 1 degrees of freedom). The model is conditional on the problem set."""
+    import math
+
+    from scipy import stats
+
+    from .inference import z_sum
+
     root = Path(root)
     sp = spread(root, seed_list, cap)
     rows = []
-    arm_sd = [v["between_sd"] for key, v in sp.items() if key.endswith("accuracy") and v["between_sd"] is not None]
-    ev = sp[f"{layout.SYSTEMS[0]} accuracy"]
+    d = sp["think − panel"]
     per_problem_eval = int(_json(layout.eval_folder(root, seed_list[0], cap, layout.SYSTEMS[0]) / "manifest.json")
                            ["settings"]["n"])
-    items = [("think − panel", power.arm_difference, max(arm_sd) if arm_sd else 0.0,
-              sum(v["p"] for k, v in sp.items() if k.endswith("accuracy")) / 2, ev["samples"], per_problem_eval)]
+    items = [("think − panel", power.paired_difference(d["p"], d["between_sd"] or 0.0, per_problem_eval,
+                                                        unit_var=d.get("unit_var")),
+              d["between_sd"] or 0.0, d["p"], d.get("problems", d["samples"] // per_problem_eval), per_problem_eval,
+              list(d["values"].values()))]
     for arm in ARMS:
         v = sp[f"{arm} climb gain"]
         m = int(_json(root / f"seed-{seed_list[0]}" / f"hillclimb-{arm}" / "manifest.json")["config"]["heldout_samples"])
-        items.append((f"hill-climb gain, {ARMS[arm]} arm", power.climb_gain, v["between_sd"] or 0.0, v["p"],
-                      v["samples"], m))
-    for name, make, sd, p, n_samples, m in items:
-        c = make(p, sd, samples=m)
-        d = power.design(c)
-        have, problems = len(seed_list), n_samples // m
+        items.append((f"hill-climb gain, {ARMS[arm]} arm", power.climb_gain(v["p"], v["between_sd"] or 0.0, samples=m),
+                      v["between_sd"] or 0.0, v["p"], v["samples"] // m, m, list(v.get("values", {}).values())))
+    have = len(seed_list)
+    for name, c, sd, p, problems, m, values in items:
+        dsg = power.design(c)
         # no variance at all (every outcome 0 or 1 and no spread between seeds): power and MDE say nothing
         estimable = have > 1 and (sd > 0 or 0 < p < 1)
-        rows.append({"comparison": name, "effect to detect": c.effect, "σ between seeds": sd, "p": p,
-                     "samples per problem": m, "seeds needed": d.seeds if estimable else None,
-                     "problems needed": d.problems if estimable else None, "seeds run": have, "problems run": problems,
-                     "power at the run's size": power.power(c, have, problems) if estimable else None,
-                     "MDE at the run's size": power.mde(c, have, problems) if estimable else None})
+        s_values = float(pd.Series(values, dtype=float).std(ddof=1)) if len(values) > 1 else float("nan")
+        verdict_mde = (min(z_sum() * float(stats.t.ppf(0.975, len(values) - 1)) / float(stats.norm.ppf(0.975))
+                           * s_values / math.sqrt(len(values)), 1.0)
+                       if len(values) > 1 and s_values > 0 else None)
+        pw = power.power(c, have, problems) if estimable else None
+        rows.append({"comparison": name, "effect to detect": c.effect, "σ between seeds": sd,
+                     "sd of per-seed values": s_values if len(values) > 1 else None, "p": p,
+                     "samples per problem": m, "seeds needed": dsg.seeds if estimable else None,
+                     "problems needed": dsg.problems if estimable else None, "seeds run": have, "problems run": problems,
+                     "power at the run's size": pw,
+                     "MDE at the run's size": power.mde(c, have, problems) if estimable else None,
+                     "MDE, verdicts' formula": verdict_mde,
+                     "under-powered": None if pw is None else bool(pw < power.POWER)})
     return pd.DataFrame(rows)

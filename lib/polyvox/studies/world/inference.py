@@ -386,28 +386,42 @@ class Comparison:
         return "interval only" if across else "none"
 
     def mde_text(self, what: str = "difference") -> str:
-        """``no difference larger than 15.1 points (minimum detectable effect, 80% power, α = 0.05)``."""
+        """``minimum detectable effect 15.1 points at 80% power, α = 0.05`` — what the design could detect, never
+        a bound on the effect: a true effect smaller than it is missed often, and the interval may reach past it."""
         if self.mde != self.mde:
             return "minimum detectable effect not estimable: the outcomes do not vary"
-        return f"no {what} larger than {100 * self.mde:.1f} points (minimum detectable effect, {POWER:.0%} power, α = {ALPHA})"
+        return f"minimum detectable effect {100 * self.mde:.1f} points at {POWER:.0%} power, α = {ALPHA}"
+
+    def reach_text(self, what: str = "difference") -> str:
+        """Where the across-seed interval reaches past the minimum detectable effect, the clause that says a
+        {what} that large is not excluded (empty otherwise): an MDE is not an upper bound on the effect."""
+        reach = max(abs(self.interval.low), abs(self.interval.high))
+        if self.mde != self.mde or reach <= self.mde:
+            return ""
+        return (f"; the 95% interval reaches {100 * reach:.1f} points, past the minimum detectable effect, so a "
+                f"{what} that large is not excluded")
 
     def verdict(self, up: str, down: str, neither: str, what: str = "difference") -> str:
-        """The verdict the numbers allow, in words (:meth:`kind`); a null carries its minimum detectable
-        effect, and so does a direction the seeds do not agree on; an interval that excludes 0 without a
-        significant pooled test is undecided (never "no difference larger than the MDE", which its own
-        estimate may contradict)."""
+        """The verdict the numbers allow, in words (:meth:`kind`). A null says the {what} is not detectable across
+        seeds and gives the design's minimum detectable effect — never "no {what} larger than" it, which is not
+        what a minimum detectable effect is (and, where the interval reaches past it, says so); a "pooled only"
+        direction says that across seeds the {what} is not established; an interval that excludes 0 without a
+        significant pooled test is undecided."""
         word = up if self.direction() > 0 else down
         n_sig, k = sum(p < ALPHA for p in self.p_seed_holm), len(self.seeds)
         return {"across seeds": word if n_sig == k or k < 2 else
                 f"{word}, carried by {n_sig} of {k} seeds (the other{'s' if k - n_sig > 1 else ''} not significant alone)",
                 "every seed": f"{word} in every seed, each significant (the across-seed interval holds 0)",
                 "pooled only": f"{word} on the pooled test only — a test of these seeds' samples, conditional on the "
-                               f"seeds, not across seeds; {self.mde_text(what)} across seeds",
+                               f"seeds; across seeds the {what} is not established: the 95% interval holds 0 "
+                               f"({self.mde_text(what)}){self.reach_text(what)}",
                 "interval only": f"undecided — {word} by the across-seed interval alone ({100 * self.interval.mean:+.1f} "
                                  f"points, 95% interval {100 * self.interval.low:+.1f} to {100 * self.interval.high:+.1f}), "
                                  f"but the pooled test is not significant after Holm's correction "
                                  f"({p_text(self.p_pooled_holm)}), so neither a {what} nor its absence is stated",
-                "none": f"{neither} — {self.mde_text(what)}"}[self.kind()]
+                "none": (f"{neither} — {self.mde_text(what)}" if self.mde != self.mde else
+                         f"{neither} — not detectable across seeds ({self.mde_text(what)}){self.reach_text(what)}")
+                }[self.kind()]
 
     def seeds_sentence(self) -> str:
         """Each seed's estimate and test, the pooled test and the sign test, Holm-adjusted."""

@@ -15,8 +15,11 @@ set, shared by both arms and every seed): the problem-to-problem variance is not
 
 Comparisons. A hill-climb gain δ (one arm, S seeds): the mean of S per-seed gains, a one-sample
 two-sided t-test with S − 1 degrees of freedom, SE² = (σ_b² + 2 p(1 − p)/(n m)) / S. The think − panel
-difference (S seeds per arm, independent RL runs): a two-sample two-sided t-test with 2S − 2 degrees
-of freedom, SE² = 2 (σ_b² + p(1 − p)/(n m)) / S. Power is computed exactly for that t-test from the
+difference as the chapter tests it (:func:`paired_difference`): each seed's mean per-problem difference
+think − panel on the shared problems, a one-sample t-test over the S seeds' differences (S − 1 degrees of
+freedom), SE² = (σ_b² + v/n) / S with σ_b the spread of the per-seed differences and v the variance of one
+problem's difference (measured; 2 p(1 − p)/m when not given). :func:`arm_difference` is the unpaired
+alternative (two independent groups of S seeds, 2S − 2 degrees of freedom, SE² = 2 (σ_b² + p(1 − p)/(n m)) / S). Power is computed exactly for that t-test from the
 noncentral t distribution (scipy.stats.nct): power = P(|T| > t_{1−α/2}) with noncentrality δ / SE.
 ``test="z"`` uses the normal instead (the classical closed form: with σ_b = 0 and S = 1 the two-sample
 case is the two-proportion z-test's n = (z_{1−α/2} + z_{1−β})² · 2p(1 − p) / δ² per group).
@@ -47,7 +50,8 @@ ARM_DIFFERENCE = 0.05  # the think − panel difference to detect
 class Comparison:
     """One comparison: ``effect`` to detect; ``groups`` 1 (a gain within an arm) or 2 (two arms);
     ``p`` the accuracy the samples are drawn at; ``between_sd`` σ_b of one seed's value; ``samples`` m
-    samples per problem; ``within`` w (1 an accuracy, 2 a gain: before and after both sampled)."""
+    samples per problem; ``within`` w (1 an accuracy, 2 a gain: before and after both sampled); ``unit_var``, when given, the
+    measured variance of one problem's value (a per-problem paired difference), replacing w·p(1 − p)/m."""
     name: str
     effect: float
     groups: int
@@ -55,9 +59,12 @@ class Comparison:
     between_sd: float
     samples: int
     within: int = 1
+    unit_var: float | None = None
 
     def se(self, seeds: int, problems: int) -> float:
-        per_seed = self.between_sd ** 2 + self.within * self.p * (1 - self.p) / (problems * self.samples)
+        sampling = (self.unit_var / problems if self.unit_var is not None else
+                    self.within * self.p * (1 - self.p) / (problems * self.samples))
+        per_seed = self.between_sd ** 2 + sampling
         return math.sqrt(self.groups * per_seed / seeds)
 
     def df(self, seeds: int) -> int:
@@ -69,7 +76,16 @@ def climb_gain(p: float, between_sd: float, samples: int, effect: float = CLIMB_
 
 
 def arm_difference(p: float, between_sd: float, samples: int, effect: float = ARM_DIFFERENCE) -> Comparison:
+    """think − panel as two independent groups of seeds (unpaired; not the chapter's test: :func:`paired_difference`)."""
     return Comparison("think − panel", effect, 2, p, between_sd, samples, within=1)
+
+
+def paired_difference(p: float, between_sd: float, samples: int, unit_var: float | None = None,
+                      effect: float = ARM_DIFFERENCE) -> Comparison:
+    """think − panel as the chapter tests it: one paired difference per seed (both systems on the same problems),
+    a one-sample t-test over the seeds; ``between_sd`` the spread of the per-seed differences beyond sampling,
+    ``unit_var`` the variance of one problem's difference (None: two independent samplings, 2 p(1 − p)/m)."""
+    return Comparison("think − panel", effect, 1, p, between_sd, samples, within=2, unit_var=unit_var)
 
 
 def power(c: Comparison, seeds: int, problems: int, alpha: float = ALPHA, test: str = "t",

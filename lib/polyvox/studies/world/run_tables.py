@@ -81,3 +81,37 @@ def environment(root: str | Path, keys=VERSION_KEYS) -> pd.DataFrame:
         rows.append({"record": str(f.parent.relative_to(root)), "device": m.get("device"),
                      **{k: m.get("versions", {}).get(k) for k in keys}})
     return pd.DataFrame(rows)
+
+
+def launch_sessions(root: str | Path) -> pd.DataFrame:
+    """The launcher's job tables of the run (``launch/rank-*.json``, and ``launch/earlier/<n>-<time>/rank-*.json``
+    for the device sessions before the last one): one row per job and session — the session (its folder name, the
+    last one ``latest``), the job (``seed-0/rl-panel``, ``bands`` …) and its status. A job in more than one
+    session was run again; the records kept are the last session's."""
+    root = Path(root) / "launch"
+    rows = []
+    sessions = [(d.name, d) for d in sorted((root / "earlier").iterdir(), key=lambda d: d.name)
+                if d.is_dir()] if (root / "earlier").is_dir() else []
+    sessions.append(("latest", root))
+    for order, (name, folder) in enumerate(sessions):
+        for f in sorted(folder.glob("rank-*.json")):
+            for job in json.loads(f.read_text()).get("jobs", []):
+                rows.append({"session": name, "order": order, "job": job["name"], "status": job.get("status")})
+    return pd.DataFrame(rows, columns=["session", "order", "job", "status"])
+
+
+def rerun_jobs(sessions: pd.DataFrame) -> dict[str, list[str]]:
+    """Job → the sessions it ran in, for every job of :func:`launch_sessions` run in more than one."""
+    runs = sessions.sort_values("order").groupby("job", sort=False).session.apply(list)
+    return {job: s for job, s in runs.items() if len(s) > 1}
+
+
+def session_label(name: str) -> str:
+    """A session of :func:`launch_sessions` in prose: ``1-2026-12-02T2210Z`` → ``session 1 (2026-12-02 22:10 UTC)``,
+    ``latest`` → ``the last session``; a name of another form as it is."""
+    import re
+
+    if name == "latest":
+        return "the last session"
+    m = re.fullmatch(r"(\d+)-(\d{4}-\d\d-\d\d)T(\d\d)(\d\d)Z", name)
+    return f"session {m[1]} ({m[2]} {m[3]}:{m[4]} UTC)" if m else name
