@@ -300,6 +300,10 @@ class CollabPD(Strict):
     lr: Rate
     batch: Pos
     slip: Prob
+    # run control (not in the stage settings): stop the run when PD leaves an agent below valid_min protocol-valid
+    # turns on the validation split (absent: models.stop_if_unordered's choice, and 0.9)
+    stop_if_invalid: bool = None  # type: ignore[assignment]
+    valid_min: Prob = None  # type: ignore[assignment]
 
 
 class CollabRL(Strict):

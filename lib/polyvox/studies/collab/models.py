@@ -8,7 +8,11 @@
   solo solutions (:func:`.traces.solo`), loss on the assistant turn only — the stand-in
   for an instruction-tuned Qwen3 that has never seen the protocol.
 - Protocol distillation (PD): SFT of each agent on its turns of the coordination traces
-  (:func:`.traces.sft_examples`), loss on the turn only — a LoRA adapter (``mode: lora``,
+  (:func:`.traces.sft_examples`), loss on the turn only. The base models never saw the protocol's tokens
+  (``<action>``'s pieces, ``stop``, the letters of ``handoff`` and the notes, ``Agents``, ``Turn`` …): with tied
+  embeddings, training collapses every absent token's row onto one direction, so a full fine-tune first
+  re-initialises those rows (:func:`dead_tokens`, :func:`revive_embeddings`; without it the recorded
+  h200-ordered PD left > 90 % of the turns without a valid action). A LoRA adapter (``mode: lora``,
   all linear layers) or a full fine-tune (``mode: full``; the recorded cpu run, because a
   rank-8 LoRA plateaued at a loss near 2.2 and never learned the action tag in its first
   attempt); ``homo``: ``mid`` trained on all three roles' turns (the prompt names the
@@ -165,14 +169,73 @@ def train_base(out: Path, name: str, spec: dict, tok, pairs, seq_len: int, batch
     return card
 
 
+def trained_tokens(tok, pairs, seq_len: int = 10 ** 9) -> set[int]:
+    """Token ids the base models train on: every id of their chat-formatted rows (:func:`chat_rows` of the
+    solo ``pairs``), prompt and reply. An id outside this set never reaches a base model's input."""
+    return {i for ids, _ in chat_rows(tok, pairs, seq_len) for i in ids}
+
+
+def dead_tokens(rows, trained: set[int]) -> list[int]:
+    """Ids of ``rows`` ((ids, prompt length), PD's) that the base models never trained on (:func:`trained_tokens`).
+
+    With tied embeddings such a token's row is moved by the output softmax alone — every step pushes each
+    absent token's row down along the same direction — so after base training all of them point one way
+    (measured: mean pairwise cosine 0.999 against 0.13 among trained tokens, norms 2.4 against 1.0) and the
+    model cannot tell them apart in its input. Protocol distillation's own vocabulary is among them
+    (``Ġ<``, ``action``, ``>``, ``stop``, ``</``, the letters of ``handoff`` and of the notes, ``Agents``,
+    ``Turn`` …: a quarter of PD's target tokens), so a PD'd model wrote ``<actionactionaction>``."""
+    return sorted({i for ids, _ in rows for i in ids} - trained)
+
+
+def scheduler_words() -> str:
+    """A state only the evaluation's scheduler writes (an earlier turn that broke the protocol: ``answered
+    nothing; violation``), never a PD row: its tokens are revived with PD's (:func:`dead_tokens`)."""
+    from .protocol import state_prompt
+
+    return state_prompt("", ("small", "mid"), "mid", [{"agent": "small", "answer": None, "action": None, "note": ""}])
+
+
+def revive_embeddings(model, dead: list[int], trained: set[int], seed: int) -> None:
+    """Re-initialise the embedding rows ``dead`` as new tokens of a trained model are initialised: the mean of the
+    ``trained`` rows plus Gaussian noise of their per-dimension spread, each row its own draw (with tied
+    embeddings the output rows too). Distinct rows the fine-tune can then separate (:func:`dead_tokens`)."""
+    import torch
+
+    if not dead:
+        return
+    emb = model.get_input_embeddings().weight
+    with torch.no_grad():
+        ref = emb[sorted(trained)].float()
+        g = torch.Generator().manual_seed(seed)
+        noise = torch.randn((len(dead), emb.shape[1]), generator=g)
+        emb[dead] = (ref.mean(0) + noise * ref.std(0)).to(emb.dtype).to(emb.device)
+        out = model.get_output_embeddings()
+        if out is not None and out.weight.data_ptr() != emb.data_ptr():  # untied: the output rows alike
+            out.weight[dead] = (ref.mean(0) + torch.randn((len(dead), emb.shape[1]), generator=g) * ref.std(0)
+                                ).to(out.weight.dtype).to(out.weight.device)
+
+
 def train_pd(base_dir: Path, out_dir: Path, pairs, seq_len: int, batch: int, steps: int, lr: float, rank: int,
-             seed: int, progress: bool = False, mode: str = "lora", truncate: str | None = None) -> dict:
+             seed: int, progress: bool = False, mode: str = "lora", truncate: str | None = None,
+             base_pairs=None) -> dict:
     """SFT of one agent on its trace turns: a LoRA adapter (``mode="lora"``) or a full fine-tune
-    (``mode="full"``, saved as a model folder in bf16); writes a card."""
+    (``mode="full"``, saved as a model folder in bf16); writes a card.
+
+    ``base_pairs`` (the base models' solo pairs, :func:`solo_pairs`): in a full fine-tune, the embedding rows of
+    the tokens PD's rows use but the base never trained on are re-initialised first (:func:`dead_tokens`,
+    :func:`revive_embeddings`) and the card lists them; without it (or with a LoRA adapter, which cannot carry
+    the embeddings) they stay collapsed — the recorded runs, whose PD did not teach the protocol."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    done = out_dir / "card.json"
+    if done.exists():  # a pd stage stopped by its validity check (or killed) keeps the agents it finished
+        card = json.loads(done.read_text())
+        same = {"base": base_dir.name, "mode": mode, "steps": steps, "batch": batch, "lr": lr,
+                "examples": len(pairs), "seed": seed, "revived": base_pairs is not None and mode == "full"}
+        if all(card.get(k) == v for k, v in same.items()):
+            return card
     torch.manual_seed(seed)
     tok = AutoTokenizer.from_pretrained(base_dir)
     dev = device()
@@ -183,6 +246,11 @@ def train_pd(base_dir: Path, out_dir: Path, pairs, seq_len: int, batch: int, ste
     log: list = []
     t0 = time.time()
     rows = chat_rows(tok, pairs, seq_len, truncate)
+    revived: list[int] | None = None
+    if base_pairs is not None and mode == "full":
+        trained = trained_tokens(tok, base_pairs)
+        revived = dead_tokens(rows + [(tok(scheduler_words(), add_special_tokens=False)["input_ids"], 0)], trained)
+        revive_embeddings(model, revived, trained, seed)
     random.Random(seed).shuffle(rows)
     train_loop(model, batcher(rows, batch, tok.pad_token_id, seed), steps, lr, dev, log, out_dir.name, progress)
     if mode == "lora":
@@ -195,6 +263,9 @@ def train_pd(base_dir: Path, out_dir: Path, pairs, seq_len: int, batch: int, ste
                      "coordination-trace turns"}
     if truncate is not None:  # new runs only
         card.update(truncate=truncate, seq_len=seq_len, longest_example=max(len(ids) for ids, _ in rows))
+    card.update(seed=seed, revived=revived is not None)  # new runs only (a rerun of the stage skips this card)
+    if revived is not None:
+        card["revived_tokens"] = tok.convert_ids_to_tokens(revived)
     (out_dir / "card.json").write_text(json.dumps(card, indent=1) + "\n")
     return card
 

@@ -46,7 +46,12 @@ Stages
   the scale says ``models.stop_if_unordered: true`` (a run-control key: it changes no output, so it
   is left out of the stage's settings, and a stopped run resumes with it changed; absent: false);
 - ``pd``: protocol distillation per agent plus ``homo`` (:mod:`.models`): a LoRA adapter
-  (``pd.mode: lora``, the default) or a full fine-tune (``pd.mode: full``, the recorded cpu run);
+  (``pd.mode: lora``, the default) or a full fine-tune (``pd.mode: full``, the recorded cpu run; the
+  embedding rows of tokens the base models never trained on re-initialised first, :func:`.models.dead_tokens`);
+  then each PD'd agent on the validation split's trace states (:func:`validate_pd`, :mod:`.validity`):
+  the share of protocol-valid turns, recorded in ``pd/validity.json`` and the stage's record; below
+  ``pd.valid_min`` (absent: 0.9) for any agent, the run stops with one line if :func:`stop_if_invalid`
+  (``pd.stop_if_invalid``, absent: ``models.stop_if_unordered``; run control, as that key is);
 - ``rl``: pyramid supervision, GRPO (:func:`polyvox.train.grpo.train`) with a LoRA adapter —
   continuing the PD adapter, or fresh on the fully fine-tuned PD model — on the states each
   agent meets in the traces, reward 0.35 × correct + 0.65 × step judge
@@ -81,6 +86,8 @@ HOMO_SEED_OFFSET = 7  # homo's PD adapter (the agents' take data.seed + their in
 CASCADE_SAMPLE_SEED = 1  # small's and mid's second, sampled answers for the cascade (the solo runs: seed 0)
 # (pd, rl and eval add the stage's seed k to each of their streams: stage_seed)
 STOP_KEY = "stop_if_unordered"  # models.<this>: a failed size ordering stops the run
+PD_STOP_KEY = "stop_if_invalid"  # pd.<this>: too few protocol-valid turns after PD stop the run (absent: STOP_KEY's)
+PD_MIN_KEY = "valid_min"  # pd.<this>: the share of valid turns PD must reach (absent: validity.VALID_MIN, 0.9)
 
 
 def load_scale(scale: str | Path) -> dict:
@@ -152,6 +159,8 @@ def _settings(s: dict, *sections) -> dict:
     picked = {k: s[k] for k in sections}
     if isinstance(picked.get("models"), dict):  # run control, not a setting the outputs depend on
         picked["models"] = {k: v for k, v in picked["models"].items() if k != STOP_KEY}
+    if isinstance(picked.get("pd"), dict):
+        picked["pd"] = {k: v for k, v in picked["pd"].items() if k not in (PD_STOP_KEY, PD_MIN_KEY)}
     return json.loads(json.dumps({"scale": s["name"], "data": s["data"], **picked}))
 
 
@@ -159,6 +168,45 @@ def stop_if_unordered(s: dict) -> bool:
     """Whether a failed size ordering on the validation split stops the run (the scale's
     ``models.stop_if_unordered``; absent: false)."""
     return bool(s["models"].get(STOP_KEY, False))
+
+
+def stop_if_invalid(s: dict) -> bool:
+    """Whether PD's validity check failing (:func:`validate_pd`) stops the run: the scale's ``pd.stop_if_invalid``,
+    absent: :func:`stop_if_unordered` (a scale that stops on an unordered pool stops on an untaught protocol: the
+    ordered pool's h200-ordered does, the cpu and smoke scales record the check and go on). Run control, as
+    ``models.stop_if_unordered`` is (both keys are in the scale schema, polyvox.config.scales.CollabPD)."""
+    v = s["pd"].get(PD_STOP_KEY)
+    return stop_if_unordered(s) if v is None else bool(v)
+
+
+def pd_valid_min(s: dict) -> float:
+    """The share of protocol-valid turns on validation each PD'd agent must reach (``pd.valid_min``; absent 0.9)."""
+    from .validity import VALID_MIN
+
+    return float(s["pd"].get(PD_MIN_KEY, VALID_MIN))
+
+
+def validate_pd(out: Path, s: dict, models: Path, seed: int | None = None) -> dict:
+    """Each PD'd agent (small, mid, big, homo) on the states it meets in the scripted traces of the validation
+    split (:func:`.models.validation_problems`, the models stage's), greedy at ``eval.max_tokens``
+    (:func:`.validity.validity_check`): ``out/validity.json``, and the fields the pd stage's record keeps; one
+    line (a ValueError) when an agent's share of valid turns is below :func:`pd_valid_min` and
+    :func:`stop_if_invalid`."""
+    from ...backends import SamplingParams
+    from .models import validation_problems
+    from .validity import VALIDITY_SEED_OFFSET, validity_check
+
+    e = s["eval"]
+    train = problems(s, "train")
+    val = validation_problems(s, problems(s, "test"), train)
+    systems = eval_systems(models, out, out, s["pd"].get("mode", "lora") == "full")
+    spec = {**systems["cl-pd"], "homo": systems["homo"]["mid"]}
+    rec = validity_check(out, val, lambda a: _backend(*spec[a], e), SamplingParams(e["max_tokens"], 0.0),
+                         stage_seed(s, seed) + VALIDITY_SEED_OFFSET, s["pd"]["slip"], pd_valid_min(s),
+                         stop_if_invalid(s))
+    return {"validity": {"ok": rec["ok"], "threshold": rec["threshold"], "share": rec["share"],
+                         "agents": {a: r["share"] for a, r in rec["agents"].items()}, "questions": rec["questions"],
+                         "file": "validity.json"}}
 
 
 def validate_models(out: Path, s: dict, train: list[Problem]) -> dict:
@@ -201,20 +249,26 @@ def stage_models(out: Path, s: dict) -> dict:
     return validate_models(out, s, train)
 
 
-def stage_pd(out: Path, s: dict, models: Path, seed: int | None = None) -> None:
-    from .models import train_pd, truncate_mode
+def stage_pd(out: Path, s: dict, models: Path, seed: int | None = None) -> dict:
+    """PD of each agent and ``homo`` (:func:`.models.train_pd`; in a full fine-tune the embedding rows of the
+    tokens the base models never trained on are re-initialised first, :func:`.models.dead_tokens`), then the
+    validity check on the validation split (:func:`validate_pd`), whose fields the stage's record keeps."""
+    from .models import solo_pairs, train_pd, truncate_mode
     from .traces import sft_examples
 
     p = s["pd"]
     base = stage_seed(s, seed)
     truncate = truncate_mode(s)  # models.truncate applies to PD's rows too (the same seq_len)
-    ex = sft_examples(problems(s, "train"), seed=base, slip=p["slip"])
+    train = problems(s, "train")
+    ex = sft_examples(train, seed=base, slip=p["slip"])
+    solo = solo_pairs(train)  # the base models' rows: the tokens they trained on
     for i, a in enumerate(AGENTS):
         train_pd(models / a, out / a, ex[a], s["models"]["seq_len"], p["batch"], p["steps"], p["lr"], p["rank"],
-                 base + i, mode=p.get("mode", "lora"), truncate=truncate)
+                 base + i, mode=p.get("mode", "lora"), truncate=truncate, base_pairs=solo)
     every = [pair for a in AGENTS for pair in ex[a]]
     train_pd(models / "mid", out / "homo", every, s["models"]["seq_len"], p["batch"], p["steps"], p["lr"],
-             p["rank"], base + HOMO_SEED_OFFSET, mode=p.get("mode", "lora"), truncate=truncate)
+             p["rank"], base + HOMO_SEED_OFFSET, mode=p.get("mode", "lora"), truncate=truncate, base_pairs=solo)
+    return validate_pd(out, s, models, seed)
 
 
 def rl_problems(s: dict, agent: str, n: int, seed: int | None = None) -> list[Problem]:
@@ -314,7 +368,7 @@ def stage_eval(out: Path, s: dict, models: Path, pd: Path, rl: Path, only: list[
 
 SECTIONS = {"models": ("models",), "pd": ("models", "pd"), "rl": ("models", "pd", "rl"),
             "eval": ("models", "pd", "rl", "eval")}
-RUN_ONLY = ("threads", f"models.{STOP_KEY}")  # scale keys that change no output: a rerun may change them
+RUN_ONLY = ("threads", f"models.{STOP_KEY}", f"pd.{PD_STOP_KEY}", f"pd.{PD_MIN_KEY}")  # scale keys that change no output: a rerun may change them
 # more seeds may be added to a scale (new seed-<k> folders): the list changes no recorded stage
 ROOT_IGNORE = (*RUN_ONLY, "seeds")
 EXTERNAL = "full scale: this stage's models are served at the scale's endpoints"
