@@ -164,7 +164,9 @@ def test_a_generating_chapter_runs_its_pipeline_inside_out(repo, chapter, extra)
         assert (repo / out / "run/seed-0/eval/cap-32/panel/graded.jsonl").exists()  # the matched design's layout
         assert (repo / out / "run/pilot/summary.json").exists() and (repo / out / "run/seed-1/rl-think").is_dir()
         assert (repo / out / "run/seed-1/hillclimb-think/heldout_trajectory.jsonl").exists()
-        assert "Matched arms: yes." in executed and "The pilot." in executed  # the design section read the run
+        assert "Matched arms: yes in training." in executed and "The pilot." in executed  # the design section read the run
+        # a run sampled by this code: every arm's sampled records read the prompt GRPO trained it on
+        assert "Prompts checked:" in executed and "did not read its training prompt" not in executed
 
 
 def test_nothing_was_written_into_the_real_repository(repo, real_repo_before):

@@ -310,7 +310,7 @@ def rl_runs(root: str | Path, seed_list, n_boot: int = I.N_BOOT, n_perm: int = I
 GAIN_GAP = "think − panel hill-climb gain"  # the family's name of the difference between the arms' gains
 # the family's name of the step-0 gap: every seed's climb starts from the first seed's adapter of its arm, so its
 # "seeds" are held-out samplings of one pair of adapters, not replications of the RL that made them
-START_GAP = "panel − thinking at step 0 (one adapter pair, resampled)"
+START_GAP = "step-0 gap (one adapter pair)"
 LATE = 3  # evaluations at the end of a climb whose mean gives the gain less sensitive to one noisy endpoint
 T_OVER_SEEDS = "t-test over seeds (each seed's difference of gains)"
 
