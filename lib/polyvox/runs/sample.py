@@ -216,6 +216,11 @@ def prompt_mismatches(path: str | Path, prompts: dict, tokenizer=None) -> list[t
     ``tokenizer``, ``"prompt_tokens"`` (the length of the text the model read, rendered as a local backend renders
     it). The hash alone cannot see how a request is rendered (a chat flag, a template applied twice); the token
     count can. Problems absent from ``prompts`` are not checked."""
+    return _scan_prompts(path, prompts, tokenizer)[1]
+
+
+def _scan_prompts(path, prompts: dict, tokenizer=None) -> tuple[int, list]:
+    """(records of the problems in ``prompts``, their mismatches): :func:`prompt_mismatches` in one read."""
     from ..backends.base import local_prompt
 
     want_hash = {pid: Request.of(pr, 0).hash() for pid, pr in prompts.items()}
@@ -224,19 +229,20 @@ def prompt_mismatches(path: str | Path, prompts: dict, tokenizer=None) -> list[t
         rendered = {pid: local_prompt(tokenizer, Request.of(pr, 0)) for pid, pr in prompts.items()}
         ids = tokenizer(list(rendered.values()), add_special_tokens=False)["input_ids"] if rendered else []
         want_len = {pid: len(x) for pid, x in zip(rendered, ids)}
-    out = []
+    out, checked = [], 0
     for line, obj in iter_jsonl(path):
         pid = obj.get("problem_id")
         if pid not in want_hash:
             continue
+        checked += 1
         if obj.get("prompt_hash") != want_hash[pid]:
             out.append((line, pid, "prompt_hash", obj.get("prompt_hash"), want_hash[pid]))
         elif want_len and obj.get("prompt_tokens") != want_len[pid]:
             out.append((line, pid, "prompt_tokens", obj.get("prompt_tokens"), want_len[pid]))
-    return out
+    return checked, out
 
 
-def check_recorded_prompts(folder: str | Path, tokenizer, data_dir="data") -> dict:
+def check_recorded_prompts(folder: str | Path, tokenizer, data_dir="data", cache: dict | None = None) -> dict:
     """A sampled folder's records against the prompts this code builds for its problems (task, options and format
     from its manifest; ``tokenizer``: the sampled model's, whose chat template a chat format uses), as a local
     backend builds them: ``{"file", "format", "checked", "mismatched", "first"}``, ``first`` the first mismatch
@@ -245,15 +251,21 @@ def check_recorded_prompts(folder: str | Path, tokenizer, data_dir="data") -> di
 
     folder = Path(folder)
     settings = read_manifest(folder)["settings"]
-    problems = tasks.load(settings["task"], data_dir, limit=settings.get("limit"), **(settings.get("task_options") or {}))
-    local = LocalBackend()
-    local.tokenizer = tokenizer
-    prompts = {p.id: local.prompt(settings["format"], p.text) for p in problems}
+    key = json.dumps([settings["task"], settings.get("limit"), settings.get("task_options"), settings["format"]],
+                     sort_keys=True)
+    prompts = None if cache is None else cache.get(key)
+    if prompts is None:  # ``cache`` (the caller's, one tokenizer): folders sampled on one problem set build it once
+        problems = tasks.load(settings["task"], data_dir, limit=settings.get("limit"),
+                              **(settings.get("task_options") or {}))
+        local = LocalBackend()
+        local.tokenizer = tokenizer
+        prompts = {p.id: local.prompt(settings["format"], p.text) for p in problems}
+        if cache is not None:
+            cache[key] = prompts
     path = stored(folder / ROLLOUTS)
     if not path.exists():
         path = stored(folder / GRADED)
-    bad = prompt_mismatches(path, prompts, tokenizer)
-    checked = sum(1 for _, obj in iter_jsonl(path) if obj.get("problem_id") in prompts)
+    checked, bad = _scan_prompts(path, prompts, tokenizer)
     return {"file": path, "format": settings["format"], "checked": checked, "mismatched": len(bad),
             "first": bad[0] if bad else None}
 

@@ -47,7 +47,7 @@ def prompt_check(root: str | Path, data_dir: str | Path = "data"):
 
     root = Path(root)
     tok = AutoTokenizer.from_pretrained(root / "models" / "tiny-base")
-    rows = []
+    rows, cache = [], {}
     for stage, seed, cap, arm, folder in _folders(root):
         if not (folder / "manifest.json").exists():
             continue
@@ -56,7 +56,7 @@ def prompt_check(root: str | Path, data_dir: str | Path = "data"):
             rows.append({**row, "checked": 0, "mismatched": 0, "recorded": None, "expected": None,
                          "note": "records not shipped (counts only)"})
             continue
-        got = runs.check_recorded_prompts(folder, tok, data_dir)
+        got = runs.check_recorded_prompts(folder, tok, data_dir, cache)
         first = got["first"]
         rows.append({**row, "checked": got["checked"], "mismatched": got["mismatched"],
                      "recorded": None if first is None else f"{first[2]} {first[3]}",
