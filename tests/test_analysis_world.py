@@ -167,6 +167,7 @@ def test_level_verdicts_on_a_constructed_pair():
 
 # ---------------------------------------------------------------- the recorded comparisons
 
+@pytest.mark.slow  # bootstraps the recorded run (4 s)
 def test_think_minus_panel_across_the_recorded_seeds_is_bounded():
     seeds = W.seeds(WORLD)
     cap = W.common_caps(WORLD, seeds)[-1]  # the largest cap every seed was evaluated at (1,024 tokens in the recordings)
@@ -179,6 +180,7 @@ def test_think_minus_panel_across_the_recorded_seeds_is_bounded():
     assert plain.low <= lo <= hi and hi >= plain.high  # the small-k correction only widens
 
 
+@pytest.mark.slow  # reads every climb of the recorded run (3 s)
 def test_hillclimb_on_the_recorded_seeds():
     """The panel-only recording: one climb collapsed (thinking, seed 1, at step 12: no valid format) and the olympiad
     level never scored. A matched recording: the collapsed climbs are those the collapse rule finds in their logs,

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # one polyvox process per case (24 s of the fast suite's 122 s of test time): in make test, not test-fast
+
 from polyvox import cli, runs
 from polyvox.backends import BackendSpec, SamplingParams
 

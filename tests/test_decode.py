@@ -8,6 +8,8 @@ on the GPU.
 """
 import pytest
 
+pytestmark = pytest.mark.slow  # tiny-model decoding (14 s of the fast suite's 122 s of test time): in make test, not test-fast
+
 from polyvox import formats
 from polyvox.backends import Request, SamplingParams
 

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+pytestmark = pytest.mark.slow  # 6 s of the fast suite's test time: in make test, not test-fast (its 60 s)
 from _fixtures import shipped_world
 
 from polyvox import explore

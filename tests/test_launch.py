@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+pytestmark = pytest.mark.slow  # 5 s of the fast suite's test time: in make test, not test-fast (its 60 s)
 import yaml
 
 from polyvox import launch

@@ -21,6 +21,8 @@ from pathlib import Path
 import nbformat
 import pandas as pd
 import pytest
+
+pytestmark = pytest.mark.slow  # 5 s of the fast suite's test time: in make test, not test-fast (its 60 s)
 import yaml
 
 from polyvox import cli, judge, records, stages

@@ -14,6 +14,8 @@ import json
 import threading
 
 import pytest
+
+pytestmark = pytest.mark.slow  # 4 s of the fast suite's test time: in make test, not test-fast (its 60 s)
 from _hostile import run_cli
 
 from polyvox.backends import Request, SamplingParams

@@ -51,6 +51,7 @@ def test_the_minimum_detectable_effect_is_the_effect_the_design_detects():
     assert power.power(c, 5, 200, effect=power.mde(c, 5, 200)) == pytest.approx(0.8, abs=1e-6)
 
 
+@pytest.mark.slow  # reads every evaluation of the recorded run (4 s)
 def test_between_seed_spread_of_the_recorded_runs(root):
     """The panel-only recording's spread as recorded; a matched recording's (at the largest cap every seed was
     evaluated at) from its own records: each seed's panel accuracy, each climb's gain, the seeds of one commit."""
