@@ -384,17 +384,20 @@ def test_the_recorded_family_and_the_findings_rows():
         assert c.kind() == "across seeds" and c.direction() > 0 and c.every_seed()
     big = fam[W.cap_key(1024)]  # seeds of both signs, pooled test not significant: a null with its MDE
     assert {int(np.sign(x)) for x in big.per_seed} == {-1, 1} and big.kind() == "none"
-    assert big.interval.low < 0 < big.interval.high and 0.03 < big.mde < 0.15
-    assert fam[W.gain_key("panel")].kind() == "across seeds" and fam[W.gain_key("panel")].direction() > 0
+    # ... and an MDE below the 5 points: the comparison could have seen a 5-point difference
+    assert big.interval.low < 0 < big.interval.high and 0.01 < big.mde < 0.05
+    # the climbs swing by tens of points between seeds: nulls whose MDE is far above the 10 points
+    assert fam[W.gain_key("panel")].kind() == "none" and fam[W.gain_key("panel")].mde > 0.2
     assert fam[W.gain_key("think")].kind() == "pooled only"
-    gap = fam[W.GAIN_GAP]  # its interval excludes 0 but its pooled test fails Holm: undecided, not a null
-    assert gap.interval.high < 0 and gap.p_pooled_holm >= 0.05 and gap.kind() == "interval only"
+    gap = fam[W.GAIN_GAP]
+    assert gap.kind() == "none" and gap.interval.low < 0 < gap.interval.high and gap.mde > 0.2
     rows = F._world(Path(__file__).resolve().parents[1])
     text = " ".join(r.detail for r in rows)
-    assert "no difference established — not detectable across seeds (minimum detectable effect" in text  # think − panel
-    assert "the seeds differ in sign" in text and re.search(r"panel arm \+\d+\.\d points .*per seed (\+\d+\.\d, ){4}\+\d+\.\d: a gain", text)
-    assert "panel arm +" in text and ": a gain;" in text
-    assert "undecided — the panel arm gains more by the across-seed interval alone" in text
+    assert "no difference established — not detectable across seeds (minimum detectable effect 2.7 points" in text
+    assert "the seeds differ in sign" in text
+    assert re.search(r"panel arm [-+]\d+\.\d points .*per seed ([-+]\d+\.\d, ){4}[-+]\d+\.\d: no clear change", text)
+    assert "thinking arm -" in text and "a loss on the pooled test only" in text
+    assert "across seeds the change is not established" in text
     assert "larger than" not in text  # a minimum detectable effect is never stated as a bound
     for lo, hi in re.findall(r"interval ([-+]\d+\.\d) to ([-+]\d+\.\d)", text):
         assert -100 <= float(lo) <= float(hi) <= 100
