@@ -113,6 +113,8 @@ def test_heldout_evaluation_grades_through_runs(monkeypatch):
     wins = [runs.sample_seed(3, p.id, i) % 2 for p in problems for i in range(4)]
     assert res["heldout_mean"] == pytest.approx(sum(wins) / 8)
     assert res["per_level"] == {"1": pytest.approx(sum(wins[:4]) / 4), "2": pytest.approx(sum(wins[4:]) / 4)}
+    # each problem's correct samples, by id: two evaluations of a run pair problem by problem
+    assert res["samples"] == 4 and res["per_problem_correct"] == {"a": sum(wins[:4]), "b": sum(wins[4:])}
 
 
 @pytest.mark.parametrize("fmt, completion, parts", [

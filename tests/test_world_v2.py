@@ -213,6 +213,74 @@ def test_h200_v2_caps_fit_tiny_base_positions(root):
     assert max(longest.values()) + big <= positions
 
 
+# ---------------------------------------------------------------- the climbs' own recipe (scale section climb)
+
+def _with_climb(s: dict, **climb) -> dict:
+    return {**s, "climb": climb}
+
+
+def test_a_climb_section_sets_the_climbs_recipe_alone(tmp_path):
+    s = W.load_scale("smoke")
+    c = _with_climb(s, lr=1.0e-5, prompts=3, eval_every=2, seeds=[0, 1, 7], endpoint_evals=3)
+    assert W.climb_recipe(s) == {"steps": s["rl"]["climb_steps"], "lr": s["rl"]["lr"], "prompts": s["rl"]["prompts"],
+                                 "eval_every": s["rl"]["eval_every"], "seeds": s["seeds"], "endpoint_evals": 1}
+    rl_stages, heldout = W._rl_stages(c)
+    climb = W._rl_config(tmp_path, c, 7, "think", tmp_path / "x", rl_stages, heldout, climb=True)
+    assert (climb.learning_rate, climb.prompts_per_step, climb.eval_every) == (1.0e-5, 3, 2)
+    for arm in W.ARMS:  # the matched RL keeps the rl section's recipe
+        cfg = W._rl_config(tmp_path, c, 0, arm, tmp_path / arm, rl_stages, heldout)
+        assert (cfg.learning_rate, cfg.prompts_per_step, cfg.eval_every) == \
+            (s["rl"]["lr"], s["rl"]["prompts"], s["rl"]["eval_every"])
+    # only the climbs' settings hold the section: a recorded RL, evaluation or band stays valid under it
+    plain, climbed = W.pipeline(tmp_path, s), W.pipeline(tmp_path, c)
+
+    def at(p, st):
+        return p.stage_at(W.stage_folder(tmp_path, st, 0).relative_to(tmp_path).as_posix()).settings
+    for st in ("models", "pilot", "rl-panel", "rl-think", "eval", "bands", "bands-redraw"):
+        assert at(plain, st) == at(climbed, st), st
+    assert at(climbed, "hillclimb-panel")["climb"]["lr"] == 1.0e-5
+    assert "climb" not in at(plain, "hillclimb-panel")
+
+
+def test_climb_seeds_beyond_the_rl_seeds_run_climbs_alone(tmp_path):
+    s = _with_climb(W.load_scale("smoke"), seeds=[1, 7])
+    order = [(st.name, st.folder.relative_to(tmp_path / "w").as_posix()) for st in W.pipeline(tmp_path / "w", s).stages]
+    names = [n for n, _ in order]
+    assert ("hillclimb-think", "seed-7/hillclimb-think") in order and "seed-7/rl-panel" not in dict(order).values()
+    assert names.count("hillclimb-panel") == 2 and names.count("rl-panel") == 2  # climbs on seeds 1, 7; RL on 0, 1
+    assert names.count("bands") == 1
+    assert [f for n, f in order if n == "hillclimb-panel"] == ["seed-1/hillclimb-panel", "seed-7/hillclimb-panel"]
+    only = [st.folder.relative_to(tmp_path / "w").as_posix() for st in W.pipeline(tmp_path / "w", s, seeds=[7]).stages]
+    assert only == ["models", "pilot", "seed-7/hillclimb-panel", "seed-7/hillclimb-think"]
+    with pytest.raises(ValueError, match=r"seed\(s\) \[9\] are not in the scale's seeds \[0, 1\] or its climb seeds \[1, 7\]"):
+        W.pipeline(tmp_path / "w", s, seeds=[9])
+
+
+def test_the_climb_section_is_checked_in_one_line(tmp_path):
+    text = (W.stages.CONFIG_DIR / "world" / "smoke.yaml").read_text()
+    for extra, said in (("climb: {lr: 1.0e-4, steps: 3}\n", "climb"), ("climb: {seeds: [1, 1]}\n", "seeds"),
+                        ("climb: {lr: -1}\n", "lr")):
+        path = tmp_path / "bad.yaml"
+        path.write_text(text + extra)
+        with pytest.raises(ValueError) as e:
+            W.load_scale(path)
+        assert str(path) in str(e.value) and said in str(e.value) and "\n" not in str(e.value).strip()
+    path.write_text(text + "climb: {lr: 1.0e-4, seeds: [0, 5], endpoint_evals: 3}\n")
+    assert W.load_scale(path)["climb"] == {"lr": 1.0e-4, "seeds": [0, 5], "endpoint_evals": 3}
+
+
+def test_a_recorded_run_takes_a_climb_section_but_no_other_change(root, tmp_path):
+    """The root manifest of a run recorded without a climb section accepts the scale with one (only the climbs read
+    it, and each climb's own settings are checked); a change to the RL recipe is refused as before."""
+    s = W.load_scale("h200-v2")
+    seed = (root / "data/models", root / "data/runs/world/models")
+    out = tmp_path / "w"
+    W.pipeline(out, s, models_from=seed).run(["models"])
+    W.check(out, _with_climb(s, lr=1.0e-4, seeds=list(range(12))), ["models"], models_from=seed)
+    with pytest.raises(ValueError, match=r"differs in rl\.lr; use a new --out"):
+        W.check(out, {**s, "rl": {**s["rl"], "lr": 1.0e-4}}, ["models"], models_from=seed)
+
+
 # ---------------------------------------------------------------- models seeded from the shipped ones
 
 def test_the_shipped_models_seed_h200_v2_but_no_other_models_settings(root, tmp_path):

@@ -61,6 +61,27 @@ class WorldBands(Strict):
     if_empty: Literal["refuse", "whole-pool"] = None  # type: ignore[assignment] - default refuse
 
 
+class WorldClimb(Strict):
+    """``climb``: the hill-climbs' own recipe, where it departs from the matched RL's (every key optional; absent:
+    the ``rl`` section's value). Only the hill-climb stages read it, so a scale may add or change it after its
+    RL, evaluations and bands are recorded (their settings do not include it); a recorded climb of other
+    settings is still refused."""
+
+    lr: Rate = None  # type: ignore[assignment] - default rl.lr
+    prompts: Pos = None  # type: ignore[assignment] - prompts per step; default rl.prompts
+    eval_every: Pos = None  # type: ignore[assignment] - default rl.climb_eval_every, then rl.eval_every
+    # the climbs' RL seeds (default: the scale's seeds); every climb starts from the first seed's easy adapter,
+    # so a climb seed needs no RL run of its own
+    seeds: Seeds = None  # type: ignore[assignment]
+    # the pre-declared endpoint: the mean of the last k held-out evaluations (k = 1: the last one)
+    endpoint_evals: Pos = None  # type: ignore[assignment]
+
+    @field_validator("seeds")
+    @classmethod
+    def distinct_seeds(cls, v):
+        return _unique(v) if v is not None else v
+
+
 class WorldScale(Strict):
     """configs/world/<scale>.yaml (read by polyvox.studies.world.pipeline)."""
 
@@ -72,6 +93,7 @@ class WorldScale(Strict):
     sampling: WorldSampling
     eval: WorldEval
     bands: WorldBands
+    climb: WorldClimb = None  # type: ignore[assignment] - optional
 
     @field_validator("seeds")
     @classmethod

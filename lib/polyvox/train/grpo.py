@@ -140,7 +140,7 @@ def plain_forward(model):
 def evaluate(model, tokenizer, arm: str, problems, samples: int = 4, max_tokens: int = 384, seed: int = 0,
              batch_size: int = 256, device: str = "cpu", grader: str = "integer", rank: int = 0,
              processes: int = 1) -> dict:
-    """Mean accuracy over problems × samples at temperature 1 (and per level).
+    """Mean accuracy over problems × samples at temperature 1 (per level, and each problem's correct samples).
 
     Sample ``i`` of problem ``p`` is seeded as :func:`polyvox.runs.sample` seeds it
     (``runs.sample_seed(seed, p.id, i)``), so two problems never share a noise stream, and
@@ -168,7 +168,11 @@ def evaluate(model, tokenizer, arm: str, problems, samples: int = 4, max_tokens:
     levels = {}
     for (j, acc, _, _) in rows:
         levels.setdefault(str(problems[j].metadata.get("level")), []).append(acc)
+    # each problem's correct samples (of ``samples``), so that two evaluations of one run pair problem by problem
+    # (sample i of a problem draws the same seed at every step: the held-out points of a run are paired)
+    correct_by_id = {str(problems[j].id): int(round(acc * samples)) for j, acc, *_ in rows}
     return {"heldout_mean": float(per_problem.mean()), "per_level": {k: float(np.mean(v)) for k, v in levels.items()},
+            "samples": samples, "per_problem_correct": correct_by_id,
             "mean_completion_tokens": float(np.mean([t for _, _, ts, _ in rows for t in ts])),
             # samples that stopped at max_tokens without their end token: what the cap cut
             "cap_hits": int(sum(h for *_, h in rows)), "cap_hit_rate": float(sum(h for *_, h in rows) / (len(rows) * samples))}

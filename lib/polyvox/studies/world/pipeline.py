@@ -67,7 +67,20 @@ REDRAW_OFFSET = 1000  # bands-redraw samples with the sampling seed plus this of
 
 def load_scale(scale: str | Path) -> dict:
     """A scale by name (configs/world/<name>.yaml) or YAML path; the dict records its name."""
-    return stages.load_scale("world", scale, {"models", "rl", "sampling", "eval", "bands", "seeds", "problems_seed"})
+    return stages.load_scale("world", scale, {"models", "rl", "sampling", "eval", "bands", "seeds", "problems_seed"},
+                             {"climb"})
+
+
+def climb_recipe(s: dict) -> dict:
+    """The hill-climbs' recipe: the scale's optional ``climb`` section over the ``rl`` section's defaults.
+
+    ``steps`` (rl.climb_steps), ``lr`` (rl.lr), ``prompts`` (rl.prompts), ``eval_every`` (rl.climb_eval_every, then
+    rl.eval_every), ``seeds`` (the scale's seeds) and ``endpoint_evals``: the pre-declared endpoint, the mean of the
+    last k held-out evaluations (1: the last one; the analysis reads it from the recorded scale)."""
+    r, c = s["rl"], s.get("climb") or {}
+    return {"steps": r["climb_steps"], "lr": c.get("lr", r["lr"]), "prompts": c.get("prompts", r["prompts"]),
+            "eval_every": c.get("eval_every", r.get("climb_eval_every", r["eval_every"])),
+            "seeds": list(c.get("seeds", s["seeds"])), "endpoint_evals": c.get("endpoint_evals", 1)}
 
 
 def plumbing_only(s: dict) -> bool:
@@ -101,18 +114,19 @@ def _rl_config(out: Path, s: dict, seed: int, arm: str, folder: Path, rl_stages,
                climb: bool = False) -> grpo.RLConfig:
     """One recipe for both arms: only ``arm`` (the format and its format reward) and the folders differ.
 
-    ``rl.climb_eval_every`` (default ``rl.eval_every``): how often a hill-climb evaluates its held-out set (a
-    held-out evaluation of the matched RL costs more completions than a training step, so the scale may space
-    those out more than the climbs')."""
+    A hill-climb (``climb``) takes :func:`climb_recipe`'s learning rate, prompts per step and evaluation interval
+    (by default the ``rl`` section's: ``rl.climb_eval_every``, then ``rl.eval_every`` — a held-out evaluation of
+    the matched RL costs more completions than a training step, so the scale may space those out more than the
+    climbs'), the same for both arms."""
     r = s["rl"]
-    every = r.get("climb_eval_every", r["eval_every"]) if climb else r["eval_every"]
+    c = climb_recipe(s) if climb else {"lr": r["lr"], "prompts": r["prompts"], "eval_every": r["eval_every"]}
     return grpo.RLConfig(model=str(out / "models" / "tiny-base"), arm=arm, out=str(folder),
                          init_adapter=str(init) if init else None,
                          stages=rl_stages, lora_rank=r["lora_rank"], lora_alpha=2 * r["lora_rank"],
-                         group_size=r["group"], prompts_per_step=r["prompts"],
+                         group_size=r["group"], prompts_per_step=c["prompts"],
                          max_completion_length=s["sampling"]["max_tokens"],
-                         eval_every=every, heldout=heldout, heldout_samples=r["heldout_samples"],
-                         learning_rate=r["lr"], save_every=1000, seed=seed)
+                         eval_every=c["eval_every"], heldout=heldout, heldout_samples=r["heldout_samples"],
+                         learning_rate=c["lr"], save_every=1000, seed=seed)
 
 
 def _rl_stages(s: dict) -> tuple[list, list]:
@@ -125,9 +139,9 @@ def _rl_stages(s: dict) -> tuple[list, list]:
     return [grpo.Stage("easy", easy, steps[0]), grpo.Stage("hard", hard, steps[1])], heldout
 
 
-def _per_step(s: dict) -> int:
+def _per_step(s: dict, climb: bool = False) -> int:
     """Completions an RL step samples: prompts × group."""
-    return s["rl"]["prompts"] * s["rl"]["group"]
+    return (climb_recipe(s)["prompts"] if climb else s["rl"]["prompts"]) * s["rl"]["group"]
 
 
 def read_pilot(out: Path) -> dict | None:
@@ -300,10 +314,11 @@ def hillclimb(out: Path, s: dict, arm: str, seed: int = 0) -> dict:
     heldout = load_task("world", **problem_set(s, "climb-heldout", chosen, s["rl"]["heldout_per_level"], "test"))
     init = _seed_dir(out, s["seeds"][0]) / f"rl-{arm}" / "easy" / "adapter"
     grpo.train(_rl_config(out, s, seed, arm, folder,
-                          [grpo.Stage("band", [pool[i] for i in ids], s["rl"]["climb_steps"])], heldout, init,
+                          [grpo.Stage("band", [pool[i] for i in ids], climb_recipe(s)["steps"])], heldout, init,
                           climb=True))
     return {**checked, "band": stability, "band_problems": len(ids), "heldout_levels": levels,
-            "heldout_levels_dropped": dropped, "cap_hits": _pilot.rl_cap_hits(folder, s["sampling"]["max_tokens"], _per_step(s))}
+            "heldout_levels_dropped": dropped,
+            "cap_hits": _pilot.rl_cap_hits(folder, s["sampling"]["max_tokens"], _per_step(s, climb=True))}
 
 
 # stage -> the scale sections its outputs depend on
@@ -346,7 +361,9 @@ def _work(out: Path, s: dict, stage: str, seed: int, models_from=None):
 def _stage(out: Path, s: dict, stage: str, seed: int, models_from=None) -> stages.Stage:
     # a stage run once (models, pilot, bands) records no seed; the bands sample with the scale's first seed
     extra = {"pilot": pilot_settings(s)} if stage == "pilot" else {}
-    settings = stages.settings_of(s, *SECTIONS[stage], seed=seed if stage in PER_SEED else None, **extra)
+    # the climb section, when the scale has one, is part of the climbs' settings alone
+    sections = SECTIONS[stage] + (("climb",) if stage.startswith("hillclimb") and s.get("climb") else ())
+    settings = stages.settings_of(s, *sections, seed=seed if stage in PER_SEED else None, **extra)
     return stages.Stage(stage, stage_folder(out, stage, seed), settings, _work(out, s, stage, seed, models_from),
                         _reads(out, s, stage, seed), hosts=KIND_RL if stage in RL_STAGES else None)
 
@@ -359,10 +376,13 @@ def _recognise(out: Path) -> bool:
 
 
 def _seeds(s: dict, seeds) -> list[int]:
-    seeds = list(seeds) if seeds is not None else list(s["seeds"])
-    bad = [x for x in seeds if x not in s["seeds"]]
+    """The seeds to run (default: the scale's RL seeds, then the climb seeds that are not RL seeds)."""
+    known = list(dict.fromkeys([*s["seeds"], *climb_recipe(s)["seeds"]]))
+    seeds = list(seeds) if seeds is not None else known
+    bad = [x for x in seeds if x not in known]
     if bad:
-        raise ValueError(f"seed(s) {bad} are not in the scale's seeds {s['seeds']}")
+        raise ValueError(f"seed(s) {bad} are not in the scale's seeds {s['seeds']}"
+                         + (f" or its climb seeds {climb_recipe(s)['seeds']}" if s.get("climb") else ""))
     if not seeds:
         raise ValueError("no seeds to run")
     return seeds
@@ -379,11 +399,14 @@ def pipeline(out: str | Path, s: dict, seeds=None, models_from=None) -> stages.P
     if models_from is not None:
         models_from = tuple(str(x) for x in models_from)
     first = s["seeds"][0]
+    climbing = climb_recipe(s)["seeds"]
     order = [("models", first), ("pilot", first)]
-    for k in seeds:
-        order += [("rl-panel", k), ("rl-think", k), ("eval", k)]
-        order += [("bands", first), ("bands-redraw", first)] if k == seeds[0] else []
-        order += [("hillclimb-panel", k), ("hillclimb-think", k)]
+    first_rl = next((k for k in seeds if k in s["seeds"]), None)  # the bands follow the first RL seed run
+    for k in seeds:  # a climb seed that is not an RL seed has climbs alone (they start from the first seed)
+        if k in s["seeds"]:
+            order += [("rl-panel", k), ("rl-think", k), ("eval", k)]
+            order += [("bands", first), ("bands-redraw", first)] if k == first_rl else []
+        order += [("hillclimb-panel", k), ("hillclimb-think", k)] if k in climbing else []
 
     def first_seed(todo) -> None:  # the bands and hill-climbs start from the first seed's adapters
         old = read_manifest(out).get("settings") if (out / "manifest.json").is_file() else None
@@ -406,9 +429,10 @@ def pipeline(out: str | Path, s: dict, seeds=None, models_from=None) -> stages.P
         if summary is not None and not plumbing_only(s) and set(todo) - {"models", "pilot"}:
             _pilot.check_caps(s, summary)
 
-    # more seeds may be added to a scale (new seed folders): its seeds change no recorded output
+    # more seeds may be added to a scale (new seed folders): its seeds change no recorded output; a climb section
+    # changes the climbs alone, whose own settings are checked stage by stage
     return stages.Pipeline(stages.KIND_WORLD, out, s, [_stage(out, s, st, k, models_from) for st, k in order], STAGES,
-                           recognise=_recognise, ignore=("seeds",), checks=[design, seeded, first_seed, caps], root={"seeds": seeds})
+                           recognise=_recognise, ignore=("seeds", "climb"), checks=[design, seeded, first_seed, caps], root={"seeds": seeds})
 
 
 def check(out: str | Path, s: dict, todo=STAGES, seeds=None, models_from=None) -> None:
