@@ -12,6 +12,9 @@
 #               data/models (their record data/runs/world/models has h200-v2's models settings), every seed of
 #               both arms at once; run it from one commit's tree with POLYVOX_GIT_COMMIT set, so that every record
 #               names one commit; then `python -m polyvox.ship OUTDIR data/runs/world-v2` keeps the records
+#   world-climbs -> hill-climbs alone on a copy of data/runs/world with a climb section CLIMB (see the case below):
+#               the climb pilot and the powered climbs of issue 21; scripts/device_tree.sh prepare COMMIT climbs
+#               slims the tree to what they read (seed 0's RL adapters, bands, pilot, models)
 #   personas -> polyvox personas run --scale h200  (recorded in data/runs/personas-h200)
 #   collab   -> polyvox collab run --scale h200    (recorded in data/runs/collab-h200, models in data/models/collab-h200)
 # Runs are resumable: a second call continues where the first stopped (same OUTDIR).
@@ -73,8 +76,29 @@ case "$what" in
     timeout "$budget" python3 -m polyvox.cli world run --out "$out" --scale h200-v2 \
       --models-from data/models data/runs/world/models --parallel "${PARALLEL:-10}" --mps 2>&1 | quiet | tail -30
     echo "world-v2 run exit: ${PIPESTATUS[0]}" ;;
+  world-climbs)
+    # hill-climbs alone on the shipped matched run (data/runs/world: its models, pilot, bands and seed 0's easy
+    # adapters), with a climb section CLIMB (YAML flow mapping, e.g. '{lr: 1.0e-4, eval_every: 10, seeds: [100,
+    # 101]}') added to configs/world/h200-v2.yaml under the scale's own name, so every recorded stage's settings
+    # still match; the climb seeds run (CLIMB_SEEDS, default the section's seeds), RL seeds are never re-run
+    if [[ ! -e $out/manifest.json ]]; then
+      mkdir -p "$(dirname "$out")" && cp -r data/runs/world "$out" || exit 1
+      rm -rf "$out"/seed-*/hillclimb-* "$out/launch"  # earlier climbs: another recipe (scripts/device_tree.sh climbs)
+      for m in tiny-base tiny-think; do cp data/models/$m/*.safetensors "$out/models/$m/" || exit 1; done
+    fi
+    python3 - "$out/climb-scale.yaml" <<PY || exit 1
+import sys, yaml
+s = yaml.safe_load(open("configs/world/h200-v2.yaml"))
+s.update(name="h200-v2", climb=yaml.safe_load("""${CLIMB:?CLIMB: the climb section, a YAML flow mapping}"""))
+open(sys.argv[1], "w").write(yaml.safe_dump(s, sort_keys=False))
+PY
+    seeds=${CLIMB_SEEDS:-$(python3 -c "import yaml,sys; print(*yaml.safe_load(open(sys.argv[1]))['climb']['seeds'])" "$out/climb-scale.yaml")}
+    # shellcheck disable=SC2086 - the seeds are words
+    timeout "$budget" python3 -m polyvox.cli world run --out "$out" --scale "$out/climb-scale.yaml" \
+      --stages hillclimb-panel,hillclimb-think --seeds $seeds --parallel "${PARALLEL:-10}" --mps 2>&1 | quiet | tail -30
+    echo "world-climbs run exit: ${PIPESTATUS[0]}" ;;
   world|personas|collab)
     timeout "$budget" python3 -m polyvox.cli "$what" run --out "$out" --scale h200 2>&1 | quiet | tail -30
     echo "$what run exit: ${PIPESTATUS[0]}" ;;
-  *) echo "usage: $0 OUTDIR [benches|world|world-v2|world-v2-resume|personas|collab] [seconds]" >&2; exit 2 ;;
+  *) echo "usage: $0 OUTDIR [benches|world|world-v2|world-v2-resume|world-climbs|personas|collab] [seconds]" >&2; exit 2 ;;
 esac
