@@ -15,6 +15,12 @@
 #   world-climbs -> hill-climbs alone on a copy of data/runs/world with a climb section CLIMB (see the case below):
 #               the climb pilot and the powered climbs of issue 21; scripts/device_tree.sh prepare COMMIT climbs
 #               slims the tree to what they read (seed 0's RL adapters, bands, pilot, models)
+#   world-climb-plan -> a climb pilot of candidate recipes, climb_design's rule, then the powered climbs, in one
+#               detached recording (the case below); one H200 call chain of ~20 min:
+#                 here: scripts/device_tree.sh prepare HEAD climbs; call 1 as for world-v2 (carry .whl and .rec),
+#                 then scripts/record_detached.sh start climbs bash scripts/record_h200.sh runs/world-climbs \
+#                 world-climb-plan 3000; later calls watch and pack runs/world-climbs-pilot and runs/world-climbs
+#                 (records only: PACK_KEEP unset)
 #   personas -> polyvox personas run --scale h200  (recorded in data/runs/personas-h200)
 #   collab   -> polyvox collab run --scale h200    (recorded in data/runs/collab-h200, models in data/models/collab-h200)
 # Runs are resumable: a second call continues where the first stopped (same OUTDIR).
@@ -80,25 +86,51 @@ case "$what" in
     # hill-climbs alone on the shipped matched run (data/runs/world: its models, pilot, bands and seed 0's easy
     # adapters), with a climb section CLIMB (YAML flow mapping, e.g. '{lr: 1.0e-4, eval_every: 10, seeds: [100,
     # 101]}') added to configs/world/h200-v2.yaml under the scale's own name, so every recorded stage's settings
-    # still match; the climb seeds run (CLIMB_SEEDS, default the section's seeds), RL seeds are never re-run
+    # still match; the climb seeds run (CLIMB_SEEDS, default the section's seeds), RL seeds are never re-run.
+    # WORLD_SRC and WORLD_SCALE (default data/runs/world and configs/world/h200-v2.yaml) name another run and its
+    # scale (a smoke run, to try the plumbing on a CPU with MPS= empty)
+    src=${WORLD_SRC:-data/runs/world}; scale=${WORLD_SCALE:-configs/world/h200-v2.yaml}
     if [[ ! -e $out/manifest.json ]]; then
-      mkdir -p "$(dirname "$out")" && cp -r data/runs/world "$out" || exit 1
+      mkdir -p "$(dirname "$out")" && cp -r "$src" "$out" || exit 1
       rm -rf "$out"/seed-*/hillclimb-* "$out/launch"  # earlier climbs: another recipe (scripts/device_tree.sh climbs)
-      for m in tiny-base tiny-think; do cp data/models/$m/*.safetensors "$out/models/$m/" || exit 1; done
+      for m in tiny-base tiny-think; do  # a shipped run keeps its models' weights in data/models
+        [[ -e $out/models/$m/model.safetensors ]] || cp data/models/$m/*.safetensors "$out/models/$m/" || exit 1
+      done
     fi
-    python3 - "$out/climb-scale.yaml" <<PY || exit 1
+    python3 - "$out/climb-scale.yaml" "$scale" <<PY || exit 1
 import sys, yaml
-s = yaml.safe_load(open("configs/world/h200-v2.yaml"))
-s.update(name="h200-v2", climb=yaml.safe_load("""${CLIMB:?CLIMB: the climb section, a YAML flow mapping}"""))
+s = yaml.safe_load(open(sys.argv[2]))
+s.update(name=s.get("name", sys.argv[2].rsplit("/", 1)[-1].rsplit(".", 1)[0]),
+         climb=yaml.safe_load("""${CLIMB:?CLIMB: the climb section, a YAML flow mapping}"""))
 open(sys.argv[1], "w").write(yaml.safe_dump(s, sort_keys=False))
 PY
     seeds=${CLIMB_SEEDS:-$(python3 -c "import yaml,sys; print(*yaml.safe_load(open(sys.argv[1]))['climb']['seeds'])" "$out/climb-scale.yaml")}
-    # shellcheck disable=SC2086 - the seeds are words
+    # shellcheck disable=SC2086 - the seeds and MPS are words
     timeout "$budget" python3 -m polyvox.cli world run --out "$out" --scale "$out/climb-scale.yaml" \
-      --stages hillclimb-panel,hillclimb-think --seeds $seeds --parallel "${PARALLEL:-10}" --mps 2>&1 | quiet | tail -30
+      --stages hillclimb-panel,hillclimb-think --seeds $seeds --parallel "${PARALLEL:-10}" ${MPS---mps} 2>&1 | quiet | tail -30
     echo "world-climbs run exit: ${PIPESTATUS[0]}" ;;
+  world-climb-plan)
+    # issue 21's climbs in one detached recording: a pilot of candidate climb recipes (CANDIDATES, learning rates;
+    # PILOT_SEEDS climb seeds each, both arms at once), then polyvox.studies.world.climb_design's rule (written
+    # before the pilot runs: the recipe whose worse arm needs the fewest seeds for a 10-point gain at 80 % power),
+    # then the powered climbs with that recipe and seed count (at most MAX_SEEDS per arm) into OUTDIR; the pilots
+    # in OUTDIR-pilot/lr-<rate>, the design in OUTDIR-pilot/design.json
+    every=${EVAL_EVERY:-10}; k=${ENDPOINT_EVALS:-3}; pseeds=${PILOT_SEEDS:-100, 101, 102}
+    # one candidate after another: each launcher starts its own CUDA MPS daemon, and two at once on one GPU are not
+    # something this project has tried
+    pilots=(); mkdir -p "$out-pilot" || exit 1
+    for lr in ${CANDIDATES:-1.0e-4 2.5e-4}; do
+      dir=$out-pilot/lr-$lr; pilots+=("$dir")
+      CLIMB="{lr: $lr, eval_every: $every, seeds: [$pseeds], endpoint_evals: $k}" PARALLEL=${PILOT_PARALLEL:-6} \
+        bash "$0" "$dir" world-climbs "$budget" 2>&1 | tee "$dir.log" | tail -3
+    done
+    python3 -m polyvox.studies.world.climb_design "${pilots[@]}" --endpoint-evals "$k" --max-seeds "${MAX_SEEDS:-10}" \
+      --out "$out-pilot/design.json" || exit 1
+    section=$(python3 -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1]))['climb']))" "$out-pilot/design.json")
+    CLIMB=$section bash "$0" "$out" world-climbs "$budget"
+    echo "world-climb-plan exit: $?" ;;
   world|personas|collab)
     timeout "$budget" python3 -m polyvox.cli "$what" run --out "$out" --scale h200 2>&1 | quiet | tail -30
     echo "$what run exit: ${PIPESTATUS[0]}" ;;
-  *) echo "usage: $0 OUTDIR [benches|world|world-v2|world-v2-resume|world-climbs|personas|collab] [seconds]" >&2; exit 2 ;;
+  *) echo "usage: $0 OUTDIR [benches|world|world-v2|world-v2-resume|world-climbs|world-climb-plan|personas|collab] [seconds]" >&2; exit 2 ;;
 esac
