@@ -30,7 +30,9 @@ SEQ = 256
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory):
     """A tokenizer built as the models stage builds it and one tiny base model trained on solo solutions."""
-    torch.set_num_threads(2)
+    # one thread: with two, the base model's 120 steps took 81 s alone on 2 cores against 12 s with one, and
+    # 161 s beside make test's other worker (OpenMP threads spin waiting for a core the other process holds)
+    torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("pool")
     train = collab_world(levels=[1, 2], per_level=150, seed=0) + collab_qa(n=150, seed=1)
     pairs = solo_pairs(train)
@@ -48,7 +50,7 @@ def _cos(E, ids):
     return ((En @ En.T).sum() - k).item() / (k * k - k)
 
 
-@pytest.mark.slow  # the pool fixture trains a tiny base model (~60 s on 2 CPU cores, once per module)
+@pytest.mark.slow  # the pool fixture trains a tiny base model (~13 s on one thread, once per module)
 def test_the_protocol_s_tokens_are_dead_in_the_base_model_and_revived_distinct(pool):
     out, tok, train, pairs, ex, _ = pool
     trained = trained_tokens(tok, pairs)
@@ -68,7 +70,7 @@ def test_the_protocol_s_tokens_are_dead_in_the_base_model_and_revived_distinct(p
     assert 0.5 < E[dead].norm(dim=-1).mean() / E[live].norm(dim=-1).mean() < 2
 
 
-@pytest.mark.slow  # one PD of 100 steps and 36 held-out turns (~45 s on 2 CPU cores)
+@pytest.mark.slow  # one PD of 100 steps and 36 held-out turns (~9 s on one thread)
 def test_pd_teaches_the_protocol_on_held_out_states(pool):
     """small's PD (full, 100 steps, the fix on) on the real rows; its turns on held-out questions' states, greedy at
     96 tokens as the eval stage samples: ≥ 90 % valid (the recorded recipe: 6 % after a 1,000-step base)."""
