@@ -337,8 +337,12 @@ def test_verdict_wording_is_computed():
     # an interval that reaches past the MDE says that an effect that large is not excluded
     c = _comparison([-0.044, 0.106, -0.05], [0.08, 0.01, 0.08], 0.8, -0.062, 0.101, se=0.01)
     assert c.kind() == "none" and c.mde < 0.101
-    assert c.verdict(*words).endswith("the 95% interval reaches 10.1 points, past the minimum detectable effect, so a "
-                                      "difference that large is not excluded")
+    assert c.verdict(*words).endswith("the 95% interval reaches +10.1 points, past the minimum detectable effect: "
+                                      "differences up to 10.1 points are compatible with these seeds")
+    # a change whose interval reaches furthest below 0 is named a loss, with its sign
+    loss = _comparison([-0.2, -0.1, -0.05], [0.5] * 3, 0.5, -0.351, 0.064, se=0.01)
+    assert loss.reach_text("change") == ("; the 95% interval reaches -35.1 points, past the minimum detectable effect: "
+                                         "losses up to 35.1 points are compatible with these seeds")
     assert c.seeds_sentence().startswith("the seeds differ in sign, 1 of 3 significant")
     # a direction on the pooled test alone: across seeds the change is not established
     c = _comparison([0.03, -0.11, -0.09, -0.24, -0.01], [0.8, 0.01, 0.09, 1e-4, 0.8], 1e-4, -0.217, 0.039, se=0.05)
@@ -368,19 +372,32 @@ def test_the_recorded_family_and_the_findings_rows():
     from polyvox.book import findings as F
 
     t = W.tests(WORLD, W.seeds(WORLD), n_boot=1000, n_perm=2000)
-    fam = t["tests"]
-    # the matched recording: 5 seeds at 1,024 tokens (seed 0 also at 1,728), seven comparisons
-    assert t["caps"] == [1024] and len(fam) == 7 and W.GAIN_GAP in fam
-    for c in fam.values():
+    fam, desc = t["tests"], t["descriptive"]
+    # the matched recording: 5 seeds at 1,024 tokens (seed 0 also at 1,728); the family holds the four comparisons the
+    # design was built to answer, the RL gains and the step-0 gap are descriptive, outside it
+    assert t["caps"] == [1024] and set(fam) == {W.cap_key(1024), W.gain_key("panel"), W.gain_key("think"), W.GAIN_GAP}
+    assert set(desc) == {W.rl_key("panel"), W.rl_key("think"), W.START_GAP} and not set(desc) & set(fam)
+    for c in [*fam.values(), *desc.values()]:
         assert -1 <= c.interval.low <= c.interval.mean <= c.interval.high <= 1 and 0 < c.mde <= 1
         assert len(c.seeds) == 5
+    n_tests = sum(len(c.pvalues()) for c in fam.values())
+    assert n_tests == 4 * 6 and all(c.in_family for c in fam.values())
+    for c in desc.values():  # unadjusted, and said so
+        assert not c.in_family and c.p_seed_holm == c.p_seed and "unadjusted" in c.seeds_sentence()
+        assert "Holm-adjusted" not in c.seeds_sentence()
+    # Holm over the family's 24 tests alone: each adjusted p is what holm() gives on those and nothing else
+    adjusted = I.holm([p for c in fam.values() for p in c.pvalues()])
+    assert [p for c in fam.values() for p in (*c.p_seed_holm, c.p_pooled_holm)] == pytest.approx(list(adjusted))
+    table = W.family_table(desc, W.descriptive_labels(desc), adjusted=False).set_index("comparison")
+    assert table.loc[W.START_GAP, "verdict"] == "one adapter pair: sampling only" and "across seeds" not in set(table.verdict)
+    assert "pooled p (unadjusted)" in table.columns and "pooled p (Holm)" not in table.columns
     nothing = _comparison([0.0, 0.0], [1.0, 1.0], 1.0, 0.0, 0.0, se=0.0)
     assert nothing.verdict("up", "down", "no change") == "no change — minimum detectable effect not estimable: the outcomes do not vary"
     assert nothing.seeds_sentence().startswith("every seed at 0, 0 of 2 significant")
     assert _comparison([0.02, 0.0, 0.02], [1, 1, 1], 1, -0.01, 0.04).seeds_sentence().startswith("no seed has the other sign (1 at 0)")
-    # both arms' RL gains: every seed, each significant, interval above 0
+    # both arms' RL gains: every seed, each significant (unadjusted), interval above 0
     for a in ("panel", "think"):
-        c = fam[W.rl_key(a)]
+        c = desc[W.rl_key(a)]
         assert c.kind() == "across seeds" and c.direction() > 0 and c.every_seed()
     big = fam[W.cap_key(1024)]  # seeds of both signs, pooled test not significant: a null with its MDE
     assert {int(np.sign(x)) for x in big.per_seed} == {-1, 1} and big.kind() == "none"
@@ -399,6 +416,15 @@ def test_the_recorded_family_and_the_findings_rows():
     assert "thinking arm -" in text and "a loss on the pooled test only" in text
     assert "across seeds the change is not established" in text
     assert "larger than" not in text  # a minimum detectable effect is never stated as a bound
+    # row 2 says first that the climbs cannot answer the 10-point question, with the MDEs and why (issue 21's review)
+    climb_row = rows[1].detail
+    mdes = [fam[W.gain_key(a)].mde for a in W.ARMS]
+    assert climb_row.startswith("This run cannot say whether a 100-step climb gains 10 points (issue 21's target) or "
+                                "reproduces the study's climb gain (+15.0 points")
+    assert all(f"{100 * m:.1f} (" in climb_row for m in mdes) and "the policy oscillates" in climb_row
+    # row 1: the 5-point answer is the all-level average's; on the level with room the MDE is several times larger
+    m = re.search(r"on the only level with room \(olympiad\) the minimum detectable effect is (\d+\.\d) points", rows[0].detail)
+    assert m and float(m.group(1)) > 3 * 100 * big.mde and "83.3% of whose problems lie on levels with no room" in rows[0].detail
     for lo, hi in re.findall(r"interval ([-+]\d+\.\d) to ([-+]\d+\.\d)", text):
         assert -100 <= float(lo) <= float(hi) <= 100
 
@@ -559,3 +585,171 @@ def test_descriptive_views_of_the_shipped_run():
         want = [W.problem_differences(*(df[df.level.isin(movable)] for df in W.load_eval(WORLD, k, cap).values())).mean()
                 for k in seeds]
         assert mv.per_seed == pytest.approx(want) and -1 <= mv.low <= mv.mean <= mv.high <= 1
+
+
+# ---------------------------------------------------------------- the climbs: noise, oscillation, falls (review 21b)
+
+def _traj(values, every=20):
+    return pd.DataFrame({"step": [every * i for i in range(len(values))], "heldout_mean": values})
+
+
+def _climb(trajs: dict, logs: dict | None = None, n: int = 400):
+    """A hill-climb dict of the shape analysis.hillclimb returns, from held-out trajectories (arm -> seed -> values)."""
+    traj = {a: {k: _traj(v) for k, v in runs.items()} for a, runs in trajs.items()}
+    logs = logs or {a: {k: pd.DataFrame({"step": [1, 2], "accuracy": [0.5, 0.5]}) for k in runs} for a, runs in trajs.items()}
+    gains = pd.DataFrame([{"arm": a, "seed": k, "start": t.heldout_mean.iloc[0], "end": t.heldout_mean.iloc[-1],
+                           "gain": t.heldout_mean.iloc[-1] - t.heldout_mean.iloc[0],
+                           f"gain, mean of last {W.LATE}": t.heldout_mean.iloc[-W.LATE:].mean() - t.heldout_mean.iloc[0]}
+                          for a, runs in traj.items() for k, t in runs.items()])
+    return {"traj": traj, "logs": logs, "heldout_n": n, "gains": gains}
+
+
+def test_point_difference_se_and_the_gain_yardstick():
+    assert W.point_difference_se(0.5, 400) == pytest.approx(math.sqrt(2 * 0.25 / 400))  # 3.5 points
+    climb = _climb({"panel": {0: [0.5, 0.7], 1: [0.5, 0.52], 2: [0.5, 0.3]}, "think": {0: [0.5, 0.51], 1: [0.5, 0.49]}})
+    y = W.gain_noise(climb)
+    band = 1.959964 * math.sqrt(2 * 0.25 / 400)  # ±6.9 points at 50 %
+    assert y.loc["panel", "band"] == pytest.approx(band, rel=1e-6)
+    assert (y.loc["panel", "outside"], y.loc["panel", "up"], y.loc["panel", "down"]) == (2, 1, 1)
+    assert y.loc["panel", "smallest outside"] == pytest.approx(0.2) and y.loc["think", "outside"] == 0
+
+
+def test_climb_stability_separates_oscillation_from_sampling():
+    # a trajectory that swings by 20 points every evaluation against one that moves by sampling noise alone
+    swing = {0: [0.5, 0.7, 0.5, 0.7, 0.5, 0.7], 1: [0.5, 0.3, 0.5, 0.3, 0.5, 0.3]}
+    calm = {0: [0.5, 0.51, 0.49, 0.5, 0.52, 0.5], 1: [0.5, 0.49, 0.5, 0.51, 0.5, 0.49]}
+    logs = {"panel": {0: pd.DataFrame({"step": [1, 2, 3], "accuracy": [0.8, 0.3, 0.8]}),
+                      1: pd.DataFrame({"step": [1, 2, 3], "accuracy": [0.8, 0.7, 0.6]})},
+            "think": {k: pd.DataFrame({"step": [1, 2], "accuracy": [0.5, 0.5]}) for k in calm}}
+    st = W.climb_stability(_climb({"panel": swing, "think": calm}, logs))
+    changes = np.r_[np.diff(swing[0]), np.diff(swing[1])]
+    assert st.loc["panel", "sd of consecutive changes"] == pytest.approx(changes.std(ddof=1))
+    assert st.loc["panel", "ratio"] > 4 > 1 > st.loc["think", "ratio"]
+    assert st.loc["panel", "every (steps)"] == 20 and st.loc["panel", "largest change"] == pytest.approx(0.2)
+    assert st.loc["panel", "climbs with a breakdown"] == 1 and st.loc["think", "climbs with a breakdown"] == 0
+    assert st.loc["panel", "deepest breakdown"] == {"seed": 0, "step": 2, "before": 0.8, "after": 0.3}
+
+
+def test_batch_breakdowns():
+    log = pd.DataFrame({"step": [1, 2, 3, 4, 5], "accuracy": [0.9, 0.44, 0.9, 0.46, 0.6]})
+    b = W.batch_breakdowns(log)
+    assert b.step.tolist() == [2] and (b.before.iloc[0], b.after.iloc[0]) == (0.9, 0.44)  # 0.46 is not below half 0.9
+    assert W.batch_breakdowns(log, frac=0.6).step.tolist() == [2, 4]
+
+
+def test_heldout_dips_flag_near_collapses_large_losses_and_falls_below_an_untrained_start():
+    traj = {0: _traj([0.53, 0.70, 0.15, 0.27]),  # below half its start
+            1: _traj([0.72, 0.65, 0.40]),  # 32 points down, not below half
+            2: _traj([0.55, 0.36, 0.72]),  # 19 points down: neither
+            3: _traj([0.358, 0.280, 0.95]),  # an RL run from an untrained start that first fell below it
+            4: _traj([0.358, 0.340, 0.95])}  # ... by less than sampling explains
+    d = W.heldout_dips(traj, n=800).set_index("seed")
+    assert d.dip.tolist() == [True, False, False, False, False]
+    assert d["large loss"].tolist() == [True, True, False, False, False]
+    assert d["below start"].tolist() == [True, True, True, True, False]
+    assert (d.loc[1, "lowest"], d.loc[1, "at step"], d.loc[1, "end"]) == (0.40, 40, 0.40)
+    assert W.heldout_dips(traj)["below start"].eq(False).all()  # without n there is no band to fall below
+
+
+def test_end_troughs_name_the_runs_whose_last_evaluation_fell():
+    climb = _climb({"think": {0: [0.72, 0.65, 0.69, 0.645, 0.403], 1: [0.72, 0.62, 0.70, 0.71, 0.72],
+                              2: [0.72, 0.7, 0.7, 0.7, 0.68]}})
+    tr = W.end_troughs(climb, "think")
+    assert tr.seed.tolist() == [0]  # seed 2 fell 2 points: within the 95 % band of a difference (about 6.5 points)
+    r = tr.iloc[0]
+    assert (r["step before"], r.before, r["last step"], r["last"]) == (60, 0.645, 80, 0.403)
+    assert r[f"gain, mean of last {W.LATE}"] == pytest.approx(np.mean([0.69, 0.645, 0.403]) - 0.72)
+
+
+def test_the_band_against_the_first_batch(tmp_path):
+    """first_batches on records written here: the expected all-equal share from both draws' counts, the step-1 counts
+    with their Wilson interval and the batch accuracy with its t interval; 'agree' follows from the intervals."""
+    rng = np.random.default_rng(0)
+    p = rng.uniform(0.2, 0.8, 400)
+    for d in ("bands", "bands-redraw"):
+        for a in W.ARMS:
+            _dir = tmp_path / d / a
+            _dir.mkdir(parents=True)
+            _jsonl(_dir / "per_problem.jsonl", [{"uid": f"u{i}", "source": "level-5", "n_samples": 8,
+                                                 "n_correct": int(rng.binomial(8, q))} for i, q in enumerate(p)])
+    def logs(first_equal, acc):
+        return {k: pd.DataFrame({"step": [1, 2, 3], "frac_groups_all_equal": [first_equal, 0.5, 0.75],
+                                 "accuracy": [acc + 0.01 * k, 0.7, 0.8]}) for k in range(3)}
+    climb = {"config": {a: {"group_size": 8, "prompts_per_step": 8} for a in W.ARMS},
+             "logs": {"panel": logs(0.125, 0.5), "think": logs(0.875, 0.5)}}
+    fb = W.first_batches(tmp_path, climb, [0, 1, 2])
+    panel = fb.loc["panel"]
+    assert panel["groups at step 1"] == 24 and panel["all-equal at step 1"] == pytest.approx(3 / 24)
+    lo, hi = metrics.wilson_interval(3, 24)
+    assert (panel["all-equal low"], panel["all-equal high"]) == pytest.approx((lo, hi))
+    acc = np.array([0.5, 0.51, 0.52])
+    half = __import__("scipy").stats.t.ppf(0.975, 2) * acc.std(ddof=1) / math.sqrt(3)
+    assert (panel["accuracy low"], panel["accuracy high"]) == pytest.approx((acc.mean() - half, acc.mean() + half))
+    assert panel["all-equal at step 2"] == 0.5 and panel["all-equal, whole climb"] == pytest.approx((0.125 + 0.5 + 0.75) / 3)
+    assert 0.05 < panel["all-equal expected"] < 0.3 and 0.4 < panel["mean p, both draws"] < 0.6
+    assert panel.agree and not fb.loc["thinking"].agree  # 21 of 24 groups all-equal: far above the band's rates
+    assert W.first_batches(tmp_path / "none", climb, [0]) is None
+
+
+def test_all_equal_expected_is_a_posterior_not_a_plug_in():
+    # problems of U-shaped difficulty drawn twice with 8 samples; a band of both draws keeps those with 0 < k < 8 in each
+    rng = np.random.default_rng(1)
+    p = rng.beta(0.5, 0.5, 4000)
+    k1, k2 = rng.binomial(8, p), rng.binomial(8, p)
+    k = k1 + k2
+    e = I.all_equal_expected(k, 16, 8)
+    truth = p ** 8 + (1 - p) ** 8
+    sel = (k1 > 0) & (k1 < 8) & (k2 > 0) & (k2 < 8)  # selected on the same counts, as the climbs' band is
+    plug = (k / 16) ** 8 + (1 - k / 16) ** 8
+    # the posterior recovers the selected problems' true share; plugging in k / 16 pulls them to the middle (too low)
+    assert abs(e[sel].mean() - truth[sel].mean()) < 0.006 and truth[sel].mean() - plug[sel].mean() > 0.015
+    # a problem seen 8 of 16 times right: its posterior chance of an all-equal group of 8 is above the plug-in 2 × 0.5⁸
+    assert e[k == 8].min() > 2 * 0.5 ** 8 and (e <= 1).all()
+
+
+def test_sd_interval_is_the_chi_square_interval():
+    from scipy import stats
+
+    lo, hi = I.sd_interval(1.51, 5)
+    assert lo == pytest.approx(1.51 * math.sqrt(4 / stats.chi2.ppf(0.975, 4)))
+    assert hi == pytest.approx(1.51 * math.sqrt(4 / stats.chi2.ppf(0.025, 4))) and hi == pytest.approx(4.34, abs=0.01)
+    assert all(math.isnan(x) for x in I.sd_interval(1.0, 1))
+
+
+def test_level_names_in_prose():
+    assert W.level_list(["1", "2", "3", "4", "5"]) == "levels 1–5"
+    assert W.level_list(["olympiad"]) == "olympiad" and W.level_list(["2"]) == "level 2"
+    assert W.level_list(["1", "3", "olympiad"]) == "levels 1, 3 and olympiad"
+    assert W.level_name("4") == "level 4" and W.level_name("olympiad") == "olympiad"
+
+
+@pytest.mark.slow  # reads the shipped evaluations (5 s)
+def test_the_sweep_reuses_its_samples_and_answers_pass_tiny_bases_positions():
+    """On the shipped recording: the 1,728-token evaluation of the sweep seed repeats the 1,024-token samples (the same
+    sampler seed) except where 1,024 cut one; and the share of answers running past tiny-base's pretraining row
+    length, recomputed from the records."""
+    seeds = W.seeds(WORLD)
+    caps = W.caps(WORLD, W.sweep_seed({k: W.caps(WORLD, k) for k in seeds}))
+    if len(caps) > 1:
+        small, large = caps[0], caps[-1]
+        same = W.identical_completions(WORLD, 0, small, large)
+        for s_, (k, n) in same.items():
+            cut = int((W.load_eval(WORLD, 0, small)[s_].finish_reason == "length").sum())
+            assert n == len(W.load_eval(WORLD, 0, small)[s_]) and n - cut <= k <= n
+    seq = W.manifest(WORLD / "models")["settings"]["models"]["seq_len"]
+    cap = W.common_caps(WORLD, seeds)[0]
+    past = W.past_position(WORLD, seeds, cap, seq)
+    for s_ in W.SYSTEMS:
+        df = pd.concat([W.load_eval(WORLD, k, cap)[s_] for k in seeds])
+        over = (df.prompt_tokens + df.completion_tokens) > seq
+        assert past.loc["all", s_] == pytest.approx(over.mean())
+        assert past.loc["olympiad", s_] == pytest.approx(over[df.level == "olympiad"].mean())
+
+
+def test_the_studys_climb_is_read_from_its_records(root):
+    study = W.study_climb(root / "data")
+    traj = [json.loads(x) for x in (root / "data/multipersona/reports/olympiad_panel_only/heldout_trajectory.jsonl")
+            .read_text().splitlines() if x.strip()]
+    assert study["gain"] == pytest.approx(traj[-1]["heldout_mean"] - traj[0]["heldout_mean"])
+    assert study["last step"] == traj[-1]["batch"] and study["every (steps)"] == traj[1]["batch"] - traj[0]["batch"]
+    assert W.study_climb(root / "nowhere") is None

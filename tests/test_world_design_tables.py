@@ -8,8 +8,10 @@ import json
 
 import pytest
 
+import pandas as pd
+
 from polyvox.studies.world import design_tables as D
-from polyvox.studies.world import layout
+from polyvox.studies.world import layout, power
 
 RECIPE = {"arm": "panel", "learning_rate": 5e-4, "lora_rank": 32, "lora_alpha": 64, "group_size": 8,
           "prompts_per_step": 8, "max_completion_length": 1024, "heldout_problems": 100, "heldout_samples": 4,
@@ -95,6 +97,9 @@ def test_cap_hits_are_read_per_stage_and_checked_against_one_percent(tmp_path):
     assert set(zip(over.stage, over.arm)) == {("rl", "thinking")}
     held = hits[hits.stage == "hillclimb held-out"]
     assert held["cap-hit rate"].tolist() == pytest.approx([4 / 1200] * 4) and (held["of"] == 1200).all()  # 3 evals × 400
+    # the counts beside the rates: a share of 0.000 on the page hides 4 of 1,200
+    assert held["cut"].tolist() == [4] * 4 and rl.loc[(0, "thinking"), "cut"] == 130
+    assert rl.loc[(1, "panel"), "cut"] == 0  # the legacy log's bound: 0 of its 200 steps reached the cap
     ev = hits[(hits.stage == "eval") & (hits.arm == "thinking")].iloc[0]
     assert ev["cap-hit rate"] == pytest.approx(0.00375) and bool(ev["below 1 %"]) and ev["cap"] == 1024
 
@@ -144,6 +149,12 @@ def test_power_is_not_claimed_where_nothing_varies(monkeypatch, tmp_path):
     want = 2.801585 * stats.t.ppf(0.975, 1) / stats.norm.ppf(0.975) * s_values / 2 ** 0.5
     assert row["MDE, verdicts' formula"] == pytest.approx(min(want, 1.0), rel=1e-5)
     assert row["under-powered"] == (row["power at the run's size"] < 0.8)
+    # what two seeds' spread leaves uncertain: the sd's chi-square interval (1 degree of freedom), the MDE over it
+    lo, hi = s_values * (1 / stats.chi2.ppf(0.975, 1)) ** 0.5, s_values * (1 / stats.chi2.ppf(0.025, 1)) ** 0.5
+    assert (row["sd low"], row["sd high"]) == pytest.approx((lo, hi))
+    assert row["MDE, σ's lower limit"] == pytest.approx(min(want * lo / s_values, 1.0), rel=1e-5)
+    assert row["MDE, σ's upper limit"] == 1.0  # 2 seeds: at the sd's upper limit nothing short of 100 points shows
+    assert row["power, σ's upper limit"] == pytest.approx(power.t_power(hi, 2, 0.05))
 
 
 def test_matched_is_one_rule_for_every_page(tmp_path, root):
@@ -164,3 +175,43 @@ def test_a_damaged_record_is_one_line_naming_it(tmp_path):
     with pytest.raises(ValueError) as e:
         D.recipe_differences(root, [0, 1])
     assert "seed-1/rl-think/manifest.json" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_arms_sampling_settings_are_diffed_from_the_evaluation_manifests(tmp_path):
+    root = _run(tmp_path)
+    base = {"n": 8, "problems_sha256": "abc", "sampling": {"max_tokens": 1024, "temperature": 1.0, "stop": []}}
+    for k in (0, 1):
+        for arm, extra in (("panel", {"format": "panel", "adapter_sha256": f"p{k}", "sampling": {**base["sampling"], "stop": ["</answer>"]}}),
+                           ("think", {"format": "think", "adapter_sha256": f"t{k}"})):
+            _write(root / f"seed-{k}/eval/cap-1024/{arm}/manifest.json",
+                   {"settings": {**base, **extra}, "grading": {"grader": "integer", "options": {}}})
+    d = D.sampling_differences(root, [0, 1], 1024).set_index("setting")
+    assert set(d.index) == {"adapter_sha256", "format", "sampling.stop"} and (d.seeds == 2).all()
+    assert d.loc["sampling.stop", "panel"] == "['</answer>']" and d.loc["sampling.stop", "thinking"] == "[]"
+    assert d.loc["adapter_sha256", "panel"] == "each seed's own"  # a value of its own in every seed
+    _write(root / "seed-1/eval/cap-1024/think/manifest.json",
+           {"settings": {**base, "format": "think", "adapter_sha256": "t1", "sampling": {**base["sampling"], "temperature": 0.7}},
+            "grading": {"grader": "integer", "options": {}}})
+    d = D.sampling_differences(root, [0, 1], 1024).set_index("setting")
+    assert d.loc["sampling.temperature", "seeds"] == 1 and d.loc["sampling.temperature", "thinking"] == "0.7"
+
+
+@pytest.mark.slow  # reads the shipped evaluations (3 s)
+def test_the_power_on_the_levels_with_room(root):
+    """think − panel on the shipped run's levels with room alone: the per-seed values are the per-problem differences
+    on those levels, and its minimum detectable effect the verdicts' formula on them."""
+    from polyvox.studies.world import analysis as A
+
+    world = root / "data/runs/world"
+    seeds = A.seeds(world)
+    cap = A.common_caps(world, seeds)[0]
+    room = A.level_room(world, seeds, cap).drop(index="all")
+    movable = list(room.index[room["can move"]]) or list(room.index[:1])
+    lp = D.level_power(world, seeds, cap, movable)
+    want = [A.problem_differences(*(df[df.level.isin(movable)] for df in A.load_eval(world, k, cap).values())).mean()
+            for k in seeds]
+    assert list(lp["values"].values()) == pytest.approx(want)
+    assert lp["MDE"] == pytest.approx(D.verdicts_mde(want)) and lp["power"] == pytest.approx(
+        power.t_power(float(pd.Series(want).std(ddof=1)), len(seeds), 0.05))
+    whole = D.power_table(world, seeds, cap).set_index("comparison").loc["think − panel", "MDE, verdicts' formula"]
+    assert lp["MDE"] > whole  # fewer problems, and the differences show where there is room

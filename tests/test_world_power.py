@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
 import pytest
 
 from polyvox.studies.world import analysis as A
@@ -84,3 +85,21 @@ def test_between_seed_spread_of_the_recorded_runs(root):
                                                     for k, t in traj.items()})
             assert gain["between_sd_all"] >= 0
     assert power.between_sd([0.1, 0.3]) == pytest.approx(math.sqrt(0.02))
+
+
+def test_t_power_is_the_model_at_the_runs_own_size():
+    """power.t_power from the per-seed sd equals power.power where σ_b is above 0: the model's per-seed variance is
+    σ_b² + sampling, which the method of moments sets to the values' variance."""
+    values = [0.175, -0.1825, -0.1675, -0.26, 0.2575]
+    sd = float(pd.Series(values).std(ddof=1))
+    within = 2 * 0.54 * 0.46 / 400
+    c = power.climb_gain(0.54, power.between_sd(values, within), samples=4)
+    assert power.t_power(sd, 5, 0.10) == pytest.approx(power.power(c, 5, 100), rel=1e-9)
+    assert power.t_power(sd, 5, 0.10) < power.t_power(sd / 3, 5, 0.10) < 1
+    assert power.t_power(0.0, 5, 0.1) == 1.0 and math.isnan(power.t_power(0.1, 1, 0.1))
+
+
+def test_an_averaged_endpoint_samples_less_noise():
+    one, three = power.climb_gain(0.6, 0.05, 4), power.climb_gain(0.6, 0.05, 4, late=3)
+    assert one.within == 2 and three.within == pytest.approx(1 + 1 / 3)
+    assert three.se(5, 100) < one.se(5, 100) and power.power(three, 5, 100) > power.power(one, 5, 100)

@@ -211,6 +211,7 @@ def _world(root: Path) -> list[Finding]:
     arms' RL manifests differ in the format and its reward alone (``design_tables.matched``)."""
     from ..studies.world import analysis as W
 
+    from ..studies.world import climb_design as C
     from ..studies.world import design_tables as D
     from ..studies.world import prompt_check as PC
 
@@ -230,12 +231,59 @@ def _world(root: Path) -> list[Finding]:
              "format with post-training)" if matched else
              "The panel format against a thinking model, not matched (tiny-panel an RL LoRA, tiny-think a supervised "
              "fine-tune: format confounded with training, as in the study)")
+    # the 5-point question on the all-level average against the levels with room (the chapter's secondary view)
+    room = W.level_room(w, seeds, large).drop(index="all")
+    stuck, movable = list(room.index[~room["can move"]]), list(room.index[room["can move"]])
+    level_n = W.load_eval(w, seeds[0], large)["tiny-panel"].groupby("level").problem_id.nunique()
+    ceiling = ""
+    if stuck:
+        ceiling = (f". This answers the {100 * D.power.ARM_DIFFERENCE:.0f}-point question for the all-level average, "
+                   f"{100 * level_n[stuck].sum() / level_n.sum():.1f}% of whose problems lie on levels with no room "
+                   "(" + "; ".join(f"{W.level_list(g.index)}: {why}"
+                                   for why, g in room.loc[stuck].groupby("why", sort=False)) + ")")
+        lp = D.level_power(w, seeds, large, movable) if movable else None
+        if lp is not None and lp["MDE"] is not None:
+            ceiling += (f"; on the only level{'s' if len(movable) > 1 else ''} with room ({W.level_list(movable)}) "
+                        f"the minimum detectable effect is {100 * lp['MDE']:.1f} points (power {lp['power']:.2f} for "
+                        f"{100 * lp['effect']:.0f} points)")
     out = [Finding("world", title, "miniature only", defect +
-                   f"at the largest cap every seed shares ({large} tokens), think − panel {W.points(*big.interval)} over {len(seeds)} seeds "
+                   f"at the largest cap every seed shares ({large:,} tokens), think − panel {W.points(*big.interval)} over {len(seeds)} seeds "
                    f"({W.ACROSS}): **{big.verdict(*words)}** — {big.seeds_sentence()}"
-                   + (f". At {small} tokens: {W.points(*little.interval)}, {little.verdict(*words)}" if little else ""),
-                   "book/world/replication")]
+                   + (f". At {small:,} tokens: {W.points(*little.interval)}, {little.verdict(*words)}" if little else "")
+                   + ceiling, "book/world/replication")]
     climb = t["hillclimb"]
+    # whether the climbs can answer the issue's 10-point question at all, and why not (the chapter's climb section)
+    st = W.climb_stability(climb)
+    try:  # the seeds needed at this held-out set, per endpoint (the climb design's rule)
+        need = {e: C.summarize(w, e)["arms"] for e in (1, W.LATE)}
+    except ValueError:  # fewer than two complete climbs of an arm: no spread to size seeds from
+        need = None
+    study = W.study_climb(root / "data")
+    steps = int(climb["config"]["panel"]["stages"][0]["steps"])
+    target = D.power.CLIMB_GAIN
+    mdes = {a: fam[W.gain_key(a)].mde for a in W.ARMS}
+    answerable = all(m <= target for m in mdes.values())  # a nan MDE (nothing varies) answers nothing
+    stability = ("" if answerable else
+                 f"This run cannot say whether a {steps}-step climb gains {100 * target:.0f} points (issue 21's target)"
+                 + (f" or reproduces the study's climb gain ({100 * study['gain']:+.1f} points in Part I's RL "
+                    "follow-up records)" if study else
+                    " or reproduces the study's climb gain")
+                 + ": the endpoint gains' minimum detectable effects are "
+                 + " and ".join(f"{100 * mdes[a]:.1f} ({n})" for a, n in W.ARMS.items())
+                 + " points, because held-out accuracy moves between evaluations "
+                 f"{st['every (steps)'].iloc[0]} steps apart by an sd of "
+                 + " and ".join(f"{100 * st.loc[a, 'sd of consecutive changes']:.1f} ({n})" for a, n in W.ARMS.items())
+                 + " points, " + " and ".join(f"{st.loc[a, 'ratio']:.1f}×" for a in W.ARMS)
+                 + " the binomial sd of a difference of two held-out points: the policy oscillates (also in the "
+                 f"training batches: {int(st['climbs with a breakdown'].sum())} of {int(st['climbs'].sum())} climbs have a "
+                 "step whose batch accuracy fell below half the step before). "
+                 + ("" if need is None else
+                    f"{W.POWER:.0%} power at {100 * target:.0f} points would need "
+                    + " and ".join(str(need[1][a]["seeds_needed"] or "more than 200") for a in W.ARMS)
+                    + " seeds for the endpoint as recorded, "
+                    + " and ".join(str(need[W.LATE][a]["seeds_needed"] or "more than 200") for a in W.ARMS)
+                    + f" for the mean of the last {W.LATE} evaluations (a descriptive alternative). ")
+                 + "As recorded: ")
     parts = []
     for arm, name in W.ARMS.items():
         c = fam[W.gain_key(arm)]
@@ -245,7 +293,7 @@ def _world(root: Path) -> list[Finding]:
                      + (f"; {n_collapsed} of {len(seeds)} runs collapsed (included, as recorded)" if n_collapsed else ""))
     gg = fam[W.GAIN_GAP]
     out.append(Finding("world", "RL on each arm's own variance band (the study ran the panel arm only)", "miniature only",
-                       defect + f"held-out gain over {len(seeds)} seeds ({W.ACROSS_SAMPLES}; {W.PERMUTATION}, Holm-adjusted): "
+                       defect + stability + f"held-out gain over {len(seeds)} seeds ({W.ACROSS_SAMPLES}; {W.PERMUTATION}, Holm-adjusted): "
                        + "; ".join(parts)
                        + f"; the arms compared, think − panel gain {W.points(*gg.interval)}: "
                        + gg.verdict("the thinking arm gains more", "the panel arm gains more",

@@ -21,10 +21,12 @@ findings summary on the intro page, so that both state one verdict by one rule.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from ... import metrics
 from . import inference as I
@@ -375,7 +377,7 @@ def common_caps(root: str | Path, seed_list) -> list[int]:
 
 def cap_key(cap: int) -> str:
     """The family's name of think − panel at ``cap`` tokens."""
-    return f"think − panel at {cap} tokens"
+    return f"think − panel at {cap:,} tokens"
 
 
 def rl_key(arm: str) -> str:
@@ -389,27 +391,40 @@ def gain_key(arm: str) -> str:
 
 
 def tests(root: str | Path, seed_list, n_boot: int = I.N_BOOT, n_perm: int = I.N_PERM) -> dict:
-    """Every comparison the chapter and the findings summary state, with one Holm correction over all of
-    their tests (each seed's and the pooled one): ``tests`` (name → :class:`Comparison`: the panel RL
-    gain, think − panel at the smallest and the largest cap every seed shares (:func:`cap_key`), each
-    arm's hill-climb gain as recorded (:func:`gain_key`), the panel − thinking gap at step 0 (:data:`START_GAP`)),
-    ``caps`` (the caps compared), ``per_seed`` (cap → :func:`think_minus_panel`'s table, with each
-    seed's Holm-adjusted p), ``rl`` (arm → :func:`rl_run`; in the matched design both arms' RL gains join
-    the family), ``panel_rl``, ``hillclimb`` (their dicts) and ``design`` (:func:`.layout.of`)."""
+    """Every comparison the chapter and the findings summary state. ``tests``, the Holm family (one correction over
+    every seed's and the pooled test of each): think − panel at the smallest and the largest cap every seed shares
+    (:func:`cap_key`), each arm's hill-climb gain as recorded (:func:`gain_key`) and the difference between the
+    arms' gains (:data:`GAIN_GAP`) — the comparisons the design was built to answer. ``descriptive`` (outside the
+    family, p values unadjusted): each arm's RL gain from the untrained tiny-base (:func:`rl_key`: it monitors
+    training, from a start outside the issue's 20–80 % on most levels, and compares nothing) and the step-0 gap
+    (:data:`START_GAP`: five samplings of one adapter pair, so it measures sampling alone); putting them in the
+    family would multiply every p of the comparisons that matter by the number of tests they add. Also ``caps``
+    (the caps compared), ``per_seed`` (cap → :func:`think_minus_panel`'s table, with each seed's Holm-adjusted p),
+    ``rl`` (arm → :func:`rl_run`), ``panel_rl``, ``hillclimb`` (their dicts) and ``design`` (:func:`.layout.of`)."""
     shared = common_caps(root, seed_list)
     compared = sorted({shared[0], shared[-1]})
     rls, climb = rl_runs(root, seed_list, n_boot, n_perm), hillclimb(root, seed_list, n_boot, n_perm)
-    fam, per_seed = {rl_key(a): r["gain"] for a, r in rls.items()}, {}
+    fam, per_seed = {}, {}
     for cap in compared:
         per_seed[cap], fam[cap_key(cap)] = think_minus_panel(root, seed_list, cap, n_boot, n_perm)
     fam.update({gain_key(a): climb["gain"][a] for a in ARMS})
-    fam[START_GAP] = climb["start_gap"]
     fam[GAIN_GAP] = climb["gain_gap"]
     I.holm_family(fam)
     for cap in compared:
         per_seed[cap]["p (Holm)"] = fam[cap_key(cap)].p_seed_holm
-    return {"tests": fam, "caps": compared, "per_seed": per_seed, "panel_rl": rls["panel"], "rl": rls,
-            "hillclimb": climb, "design": layout.of(root)}
+    descriptive = {**{rl_key(a): r["gain"] for a, r in rls.items()}, START_GAP: climb["start_gap"]}
+    return {"tests": fam, "descriptive": descriptive, "caps": compared, "per_seed": per_seed, "panel_rl": rls["panel"],
+            "rl": rls, "hillclimb": climb, "design": layout.of(root)}
+
+
+# the words a descriptive comparison's row carries instead of a verdict of the family
+DESCRIPTIVE_LABELS = {START_GAP: "one adapter pair: sampling only"}
+RL_LABEL = "monitors training (from an untrained start)"
+
+
+def descriptive_labels(descriptive: dict) -> dict[str, str]:
+    """Each descriptive comparison's label in the chapter's table: the step-0 gap's, and every RL gain's."""
+    return {name: DESCRIPTIVE_LABELS.get(name, RL_LABEL) for name in descriptive}
 
 
 # ---------------------------------------------------------------- descriptive views (outside the family)
@@ -428,20 +443,232 @@ def movable_difference(root: str | Path, seed_list, cap: int, levels, n_boot: in
     return across_seeds(diffs, n_boot=n_boot)
 
 
-def heldout_dips(traj: dict, frac: float = 0.5) -> pd.DataFrame:
-    """Near-collapses on the held-out set: per seed (``traj``: seed → held-out trajectory), the lowest held-out
-    accuracy at any evaluated step after step 0, its step, the start, and whether it fell below ``frac`` of the
-    start. The collapse rules (:func:`collapse`) read training batches only; this reads the held-out points."""
+LOSS_FLAG = 0.20  # a held-out fall this far below the start is flagged: twice the 10-point climb gain the design
+# was to detect (power.CLIMB_GAIN), and about three times the 95 % band of a difference of two 400-sample held-out
+# points (±6.9 points at 50 %), so that a flagged fall is not sampling noise
+BREAKDOWN = 0.5  # a training step whose batch accuracy falls below this share of the step before is a breakdown
+
+
+def point_difference_se(p: float, n: int) -> float:
+    """The binomial standard error of the difference of two independent held-out points of ``n`` samples each at
+    accuracy ``p``: √(2 p (1 − p) / n) — the sampling noise of a gain (end − start) or of a change between two
+    evaluations."""
+    return math.sqrt(2 * p * (1 - p) / n)
+
+
+def heldout_dips(traj: dict, frac: float = 0.5, drop: float = LOSS_FLAG, n: int | None = None) -> pd.DataFrame:
+    """Falls on the held-out set: per seed (``traj``: seed → held-out trajectory), the lowest held-out accuracy at
+    any evaluated step after step 0, its step, the start and the end, and three flags: ``dip`` (below ``frac`` of
+    the start: a near-collapse), ``large loss`` (at least ``drop`` below the start, :data:`LOSS_FLAG`) and, given the
+    ``n`` samples of one evaluation, ``below start`` (below the start by more than the 95 % band of a difference of
+    two points, :func:`point_difference_se`: for a run from an untrained start, which should only rise). The
+    collapse rules (:func:`collapse`) read training batches only; this reads the held-out points."""
     rows = []
+    z = float(stats.norm.ppf(0.975))
     for k, t in traj.items():
         later = t.iloc[1:]
         if later.empty:
             continue
         i = later.heldout_mean.to_numpy().argmin()
         start, low = float(t.heldout_mean.iloc[0]), float(later.heldout_mean.iloc[i])
+        band = z * point_difference_se(start, n) if n else float("nan")
         rows.append({"seed": k, "start": start, "lowest": low, "at step": int(later.step.iloc[i]),
-                     "end": float(t.heldout_mean.iloc[-1]), "dip": bool(low < frac * start)})
-    return pd.DataFrame(rows, columns=["seed", "start", "lowest", "at step", "end", "dip"])
+                     "end": float(t.heldout_mean.iloc[-1]), "dip": bool(low < frac * start),
+                     "large loss": bool(start - low >= drop - 1e-12), "below start": bool(start - low > band)})
+    return pd.DataFrame(rows, columns=["seed", "start", "lowest", "at step", "end", "dip", "large loss", "below start"])
+
+
+def batch_breakdowns(log: pd.DataFrame, frac: float = BREAKDOWN) -> pd.DataFrame:
+    """Transient breakdowns in a training log: every step whose batch accuracy fell below ``frac`` of the step
+    before it (step, accuracy before, accuracy at the step)."""
+    acc, steps = log.accuracy.to_numpy(dtype=float), log.step.to_numpy()
+    hit = np.flatnonzero(acc[1:] < frac * acc[:-1]) + 1
+    return pd.DataFrame({"step": steps[hit].astype(int), "before": acc[hit - 1], "after": acc[hit]},
+                        columns=["step", "before", "after"])
+
+
+def climb_stability(climb: dict) -> pd.DataFrame:
+    """Per arm of :func:`hillclimb`: how much the held-out accuracy moves between consecutive evaluations against
+    what sampling alone would move it — the sd of the changes between consecutive evaluations (every seed, pooled;
+    sample sd), the largest change, the evaluations' spacing in steps, the arm's mean held-out accuracy p, the
+    binomial sd of a difference of two points at p (:func:`point_difference_se`) and their ratio; the range over
+    seeds of the within-run sd of the evaluations after step 0; and the climbs with a transient breakdown in their
+    training batches (:func:`batch_breakdowns`), with the deepest one."""
+    rows = []
+    n = climb["heldout_n"]
+    for a, runs in climb["traj"].items():
+        changes = np.concatenate([np.diff(t.heldout_mean.to_numpy(dtype=float)) for t in runs.values()])
+        spacing = sorted({int(x) for t in runs.values() for x in np.diff(t.step.to_numpy())})
+        p = float(np.mean([t.heldout_mean.mean() for t in runs.values()]))
+        within = [float(t.heldout_mean.iloc[1:].std(ddof=1)) for t in runs.values() if len(t) > 2]
+        broke = {k: batch_breakdowns(climb["logs"][a][k]) for k in runs}
+        broke = {k: b for k, b in broke.items() if len(b)}
+        deepest = min(((k, r) for k, b in broke.items() for r in b.itertuples()), key=lambda x: x[1].after / x[1].before,
+                      default=None)
+        sd = float(changes.std(ddof=1)) if len(changes) > 1 else float("nan")
+        binom = point_difference_se(p, n)
+        rows.append({"arm": a, "evaluations": len(next(iter(runs.values()))), "every (steps)": spacing[0] if spacing else None,
+                     "sd of consecutive changes": sd, "largest change": float(np.abs(changes).max()) if len(changes) else float("nan"),
+                     "p": p, "binomial sd of a difference": binom, "ratio": sd / binom if binom > 0 else float("nan"),
+                     "within-run sd, lowest": min(within) if within else float("nan"),
+                     "within-run sd, highest": max(within) if within else float("nan"),
+                     "climbs with a breakdown": len(broke), "climbs": len(runs),
+                     "deepest breakdown": None if deepest is None else
+                     {"seed": deepest[0], "step": int(deepest[1].step), "before": float(deepest[1].before),
+                      "after": float(deepest[1].after)}})
+    return pd.DataFrame(rows).set_index("arm")
+
+
+def gain_noise(climb: dict, level: float = 0.95) -> pd.DataFrame:
+    """Per arm: the yardstick of a climb gain's sampling noise — a gain is the difference of two held-out points of
+    ``heldout_n`` samples, so its standard error at the arm's step-0 accuracy p is :func:`point_difference_se`, its
+    95 % band ± z · se — and how many seeds' gains lie outside that band (the climb moved the policy beyond
+    sampling), with the smallest and largest |gain| among them and their signs."""
+    z = float(stats.norm.ppf((1 + level) / 2))
+    rows = []
+    for a, g in climb["gains"].groupby("arm", sort=False):
+        p = float(g.start.mean())
+        band = z * point_difference_se(p, climb["heldout_n"])
+        out = g[g.gain.abs() > band]
+        rows.append({"arm": a, "p": p, "se": band / z, "band": band, "seeds": len(g), "outside": len(out),
+                     "smallest outside": float(out.gain.abs().min()) if len(out) else float("nan"),
+                     "largest outside": float(out.gain.abs().max()) if len(out) else float("nan"),
+                     "up": int((out.gain > 0).sum()), "down": int((out.gain < 0).sum())})
+    return pd.DataFrame(rows).set_index("arm")
+
+
+def end_troughs(climb: dict, arm: str, level: float = 0.95) -> pd.DataFrame:
+    """The climbs of ``arm`` whose last held-out evaluation fell below the one before it by more than the 95 % band
+    of a difference of two points (:func:`point_difference_se` at the earlier point): an endpoint read in a trough.
+    Per such seed: the two evaluations with their steps, the endpoint gain and the gain of the mean of the last
+    :data:`LATE` evaluations."""
+    z = float(stats.norm.ppf((1 + level) / 2))
+    late = f"gain, mean of last {LATE}"
+    g = climb["gains"][climb["gains"].arm == arm].set_index("seed")
+    rows = []
+    for k, t in climb["traj"][arm].items():
+        if len(t) < 3:
+            continue
+        before, last = float(t.heldout_mean.iloc[-2]), float(t.heldout_mean.iloc[-1])
+        if before - last > z * point_difference_se(before, climb["heldout_n"]):
+            rows.append({"seed": k, "step before": int(t.step.iloc[-2]), "before": before,
+                         "last step": int(t.step.iloc[-1]), "last": last, "gain": float(g.loc[k, "gain"]),
+                         late: float(g.loc[k, late])})
+    return pd.DataFrame(rows, columns=["seed", "step before", "before", "last step", "last", "gain", late])
+
+
+def first_batches(root: str | Path, climb: dict, seed_list, steps: int = 5) -> pd.DataFrame | None:
+    """The band against what the climbs' trainer saw, per arm: the problems in the band in both draws (what every
+    climb trains on), their mean success rate over both draws and the share of all-equal groups of the climb's group
+    size expected on them (:func:`.inference.all_equal_expected`: the posterior given both draws' counts, a beta prior
+    fitted per level, so that the selection of these problems on the same draws does not bias it); then, from the
+    climbs' training logs (every seed), the all-equal groups at climb step 1 — sampled before any update, so from
+    the policy the band was drawn on — as counts with a Wilson interval, the batch accuracy at step 1 with a t
+    interval over seeds, and the mean all-equal share and accuracy at each of the first ``steps`` steps and over the
+    whole climb. ``agree``: the expected share lies in step 1's interval and the band's mean rate in the batch
+    accuracy's. None without a second draw."""
+    root = Path(root)
+    if not (root / "bands-redraw").exists():
+        return None
+    rows = []
+    for a in ARMS:
+        one, two = (pd.DataFrame(records(root / d / a / "per_problem.jsonl")) for d in ("bands", "bands-redraw"))
+        j = one.merge(two[["uid", "n_correct", "n_samples"]], on="uid", suffixes=("", " redraw"))
+        g1, g2 = j.n_samples.to_numpy(), j["n_samples redraw"].to_numpy()
+        both = ((j.n_correct > 0) & (j.n_correct < g1) & (j["n_correct redraw"] > 0) & (j["n_correct redraw"] < g2)).to_numpy()
+        k, n = (j.n_correct + j["n_correct redraw"]).to_numpy(), int(g1[0] + g2[0])
+        group = int(climb["config"][a]["group_size"])
+        expected = I.all_equal_expected(k, n, group, j.get("source")) if len(j) else np.array([])
+        logs = [climb["logs"][a][s] for s in seed_list]
+        first = [lg[lg.step == lg.step.min()].iloc[0] for lg in logs]
+        groups = int(climb["config"][a]["prompts_per_step"])
+        equal = int(round(sum(float(r.frac_groups_all_equal) * groups for r in first)))
+        lo, hi = metrics.wilson_interval(equal, groups * len(first))
+        acc = np.array([float(r.accuracy) for r in first])
+        half = (float(stats.t.ppf(0.975, len(acc) - 1) * acc.std(ddof=1) / math.sqrt(len(acc)))
+                if len(acc) > 1 else float("nan"))
+        row = {"arm": ARMS[a], "in both draws": int(both.sum()),
+               "mean p, both draws": float((k[both] / n).mean()) if both.any() else float("nan"),
+               "all-equal expected": float(expected[both].mean()) if both.any() else float("nan"),
+               "all-equal at step 1": equal / (groups * len(first)), "groups at step 1": groups * len(first),
+               "all-equal low": lo, "all-equal high": hi,
+               "batch accuracy at step 1": float(acc.mean()), "accuracy low": max(0.0, acc.mean() - half),
+               "accuracy high": min(1.0, acc.mean() + half)}
+        for st in range(2, steps + 1):
+            at = [lg[lg.step == st] for lg in logs]
+            row[f"all-equal at step {st}"] = float(np.mean([x.frac_groups_all_equal.iloc[0] for x in at if len(x)])) \
+                if any(len(x) for x in at) else float("nan")
+        row["all-equal, whole climb"] = float(np.mean([lg.frac_groups_all_equal.mean() for lg in logs]))
+        row["agree"] = bool(lo <= row["all-equal expected"] <= hi
+                            and row["accuracy low"] <= row["mean p, both draws"] <= row["accuracy high"])
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("arm")
+
+
+def study_climb(data_dir: str | Path) -> dict | None:
+    """The study's own climb (Part I's RL follow-up on its variance band, ``multipersona/reports/
+    olympiad_panel_only``): its held-out gain (last − first evaluation), last evaluated step, evaluation spacing,
+    learning rate, steps and starting model as its records give them; None when the records are not there."""
+    from ..panel import published
+
+    try:
+        traj = published.heldout_trajectory(data_dir)
+    except (OSError, ValueError):
+        return None
+    cfg = traj.attrs.get("summary", {}).get("config", {})
+    steps = traj.step.to_numpy()
+    return {"gain": float(traj.heldout_mean.iloc[-1] - traj.heldout_mean.iloc[0]), "last step": int(steps[-1]),
+            "every (steps)": int(np.diff(steps).min()) if len(steps) > 1 else None,
+            "learning_rate": cfg.get("learning_rate"), "max_steps": cfg.get("max_steps"), "model": cfg.get("model")}
+
+
+def identical_completions(root: str | Path, seed: int, cap_a: int, cap_b: int) -> dict[str, tuple[int, int]]:
+    """Per system: how many of one seed's samples are the same text at two caps (same problem and sample index),
+    and how many samples there are. Samples drawn with the same sampler seed are identical until the smaller cap
+    cuts one: the larger cap's evaluation then reproduces the smaller's."""
+    a, b = load_eval(root, seed, cap_a), load_eval(root, seed, cap_b)
+    out = {}
+    for s in SYSTEMS:
+        m = a[s][["problem_id", "sample_index", "completion"]].merge(
+            b[s][["problem_id", "sample_index", "completion"]], on=["problem_id", "sample_index"])
+        out[s] = (int((m.completion_x == m.completion_y).sum()), len(m))
+    return out
+
+
+def past_position(root: str | Path, seed_list, cap: int, position: int) -> pd.DataFrame:
+    """Per level (and "all") and system: the share of the evaluation's answers, every seed, whose prompt plus
+    completion runs past token ``position`` (tiny-base's pretraining row length: positions beyond it were never
+    trained on before RL)."""
+    frames = {s: pd.concat([load_eval(root, k, cap)[s] for k in seed_list]) for s in SYSTEMS}
+    rows = {}
+    for s, df in frames.items():
+        past = (df.prompt_tokens + df.completion_tokens) > position
+        rows[s] = {**past.groupby(df.level).mean().to_dict(), "all": float(past.mean())}
+    return pd.DataFrame(rows).rename_axis("level")
+
+
+def join_and(items) -> str:
+    """``0``, ``0 and 4``, ``0, 3 and 4``."""
+    items = [str(x) for x in items]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1] if items else ""
+
+
+def level_name(lv) -> str:
+    """A level in prose: ``level 3``, or a named level as it is (``olympiad``)."""
+    return f"level {lv}" if str(lv).isdigit() else str(lv)
+
+
+def level_list(levels) -> str:
+    """Levels in prose: ``levels 1–5``, ``levels 1, 3 and olympiad``, ``level 2``, ``olympiad``."""
+    nums = sorted(int(x) for x in map(str, levels) if x.isdigit())
+    named = [str(x) for x in levels if not str(x).isdigit()]
+    if len(nums) > 2 and nums == list(range(nums[0], nums[-1] + 1)):
+        head = [f"{nums[0]}–{nums[-1]}"]
+    else:
+        head = [str(x) for x in nums]
+    parts = head + named
+    said = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return (f"level{'s' if len(nums) > 1 or (nums and named) or len(head) == 1 and '–' in head[0] else ''} " if nums else "") + said
 
 
 def start_levels(rls: dict, low: float | None = None, high: float | None = None) -> pd.DataFrame:

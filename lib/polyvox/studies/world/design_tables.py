@@ -114,7 +114,7 @@ def cap_hits(root: str | Path, seed_list) -> pd.DataFrame:
 
     def add(stage, seed, arm, cap, rate, kind, n):
         rows.append({"stage": stage, "seed": seed, "arm": ARMS.get(arm, arm), "cap": cap, "cap-hit rate": rate,
-                     "measured as": kind, "of": n,
+                     "measured as": kind, "cut": None if rate is None or n is None else int(round(rate * n)), "of": n,
                      "below 1 %": None if rate is None else bool(rate < CAP_HIT_LIMIT)})
 
     for k in seed_list:
@@ -142,7 +142,7 @@ def cap_hits(root: str | Path, seed_list) -> pd.DataFrame:
             for arm, h in rec["cap_hits"].items():
                 add(st, None, arm, _sampling_cap(rec), h["cap_hit_rate"],
                     "samples", h["samples"])
-    return pd.DataFrame(rows).astype({"seed": "Int64"})
+    return pd.DataFrame(rows).astype({"seed": "Int64", "cut": "Int64"})
 
 
 def climb_design(root: str | Path, seed_list, low: float = 0.20, high: float = 0.80) -> pd.DataFrame:
@@ -195,7 +195,7 @@ def spread(root: str | Path, seed_list, cap: int) -> dict:
     the per-seed paired difference think − panel at ``cap`` (the quantity the chapter tests: its values, the
     variance of one problem's difference and the problems per seed) and each arm's hill-climb gain, with p and
     the samples each value rests on."""
-    from .analysis import load_eval, problem_differences, read_log
+    from .analysis import load_eval, read_log
 
     root = Path(root)
     out = {}
@@ -207,16 +207,7 @@ def spread(root: str | Path, seed_list, cap: int) -> dict:
         out[f"{sys_} accuracy"] = {"values": acc, "p": p, "samples": n,
                                    "between_sd": power.between_sd(acc.values(), p * (1 - p) / n)
                                    if len(acc) > 1 else None}
-    diffs = {k: problem_differences(*(evs[k][s] for s in layout.SYSTEMS)) for k in seed_list}
-    unit_var = (sum(float(d.var(ddof=1)) for d in diffs.values()) / len(diffs)
-                if all(len(d) > 1 for d in diffs.values()) else 0.0)
-    problems = min(len(d) for d in diffs.values())
-    out["think − panel"] = {"values": {k: float(d.mean()) for k, d in diffs.items()},
-                            "p": sum(out[f"{s} accuracy"]["p"] for s in layout.SYSTEMS) / len(layout.SYSTEMS),
-                            "samples": min(len(evs[k][layout.SYSTEMS[0]]) for k in seed_list), "problems": problems,
-                            "unit_var": unit_var,
-                            "between_sd": power.between_sd([float(d.mean()) for d in diffs.values()], unit_var / problems)
-                            if len(diffs) > 1 else None}
+    out["think − panel"] = paired_spread(evs, seed_list)
     for arm in ARMS:
         gains, starts = {}, []
         cfg = _json(root / f"seed-{seed_list[0]}" / f"hillclimb-{arm}" / "manifest.json")["config"]
@@ -232,6 +223,103 @@ def spread(root: str | Path, seed_list, cap: int) -> dict:
     return out
 
 
+def paired_spread(evs: dict, seed_list, levels=None) -> dict:
+    """think − panel as the chapter tests it, on ``levels`` (None: every level): each seed's mean per-problem
+    difference, the variance of one problem's difference (mean over seeds), the problems per seed, p and the
+    between-seed spread beyond sampling (:func:`.power.between_sd`). ``evs``: seed → :func:`.analysis.load_eval`."""
+    from .analysis import problem_differences
+
+    pick = (lambda df: df) if levels is None else (lambda df: df[df.level.isin([str(x) for x in levels])])  # noqa: E731
+    diffs = {k: problem_differences(*(pick(evs[k][s]) for s in layout.SYSTEMS)) for k in seed_list}
+    unit_var = (sum(float(d.var(ddof=1)) for d in diffs.values()) / len(diffs)
+                if all(len(d) > 1 for d in diffs.values()) else 0.0)
+    problems = min(len(d) for d in diffs.values())
+    p = sum(float(pick(evs[k][s]).correct.mean()) for k in seed_list for s in layout.SYSTEMS) / (2 * len(seed_list))
+    return {"values": {k: float(d.mean()) for k, d in diffs.items()}, "p": p,
+            "samples": min(len(pick(evs[k][layout.SYSTEMS[0]])) for k in seed_list), "problems": problems,
+            "unit_var": unit_var,
+            "between_sd": power.between_sd([float(d.mean()) for d in diffs.values()], unit_var / problems)
+            if len(diffs) > 1 else None}
+
+
+def verdicts_mde(values) -> float | None:
+    """The minimum detectable effect the chapter's verdicts state for a comparison with these per-seed values
+    (:func:`.inference.mde`: (z_{1−α/2} + z_{power}) · (t_{k−1}/z) · s/√k, s their sample sd; at most 1); None with
+    fewer than two values or no spread."""
+    import math
+
+    from scipy import stats
+
+    from .inference import z_sum
+
+    x = pd.Series(list(values), dtype=float)
+    s_values = float(x.std(ddof=1)) if len(x) > 1 else float("nan")
+    if not len(x) > 1 or not s_values > 0:
+        return None
+    return min(z_sum() * float(stats.t.ppf(0.975, len(x) - 1)) / float(stats.norm.ppf(0.975)) * s_values
+               / math.sqrt(len(x)), 1.0)
+
+
+def uncertainty(values, effect: float) -> dict:
+    """What the spread of ``values`` (one per seed) leaves uncertain: their sample sd with its chi-square 95 %
+    interval (:func:`.inference.sd_interval`), the minimum detectable effect (:func:`verdicts_mde`) and that at the
+    sd's upper limit (it scales with the sd; at most 1), the t-test's power for ``effect`` at the sd and at its
+    upper limit (:func:`.power.t_power`)."""
+    from .inference import sd_interval
+
+    x = [float(v) for v in values]
+    k = len(x)
+    sd = float(pd.Series(x).std(ddof=1)) if k > 1 else float("nan")
+    lo, hi = sd_interval(sd, k)
+    m = verdicts_mde(x)
+    return {"sd": sd, "sd low": lo, "sd high": hi, "MDE": m,
+            "MDE, σ's lower limit": None if m is None else min(m * lo / sd, 1.0),
+            "MDE, σ's upper limit": None if m is None else min(m * hi / sd, 1.0),
+            "power": power.t_power(sd, k, effect), "power, σ's upper limit": power.t_power(hi, k, effect)}
+
+
+def level_power(root: str | Path, seed_list, cap: int, levels, effect: float = power.ARM_DIFFERENCE) -> dict:
+    """think − panel on ``levels`` alone (the levels with room, :func:`.analysis.level_room`): the per-seed values
+    and :func:`uncertainty` for ``effect`` — the minimum detectable effect and power the all-level average does not
+    show where most levels sit at a ceiling."""
+    from .analysis import load_eval
+
+    sp = paired_spread({k: load_eval(root, k, cap) for k in seed_list}, seed_list, levels)
+    return {"values": sp["values"], "problems": sp["problems"], "effect": effect,
+            **uncertainty(sp["values"].values(), effect)}
+
+
+def sampling_differences(root: str | Path, seed_list, cap: int) -> pd.DataFrame:
+    """Every setting in which the two arms' evaluation manifests at ``cap`` differ (sampling, model, adapter,
+    format, grading: the manifests' ``settings`` and grader, flattened to dotted keys), with the seeds it differs
+    in; the records, not the code, say what the two arms were sampled with."""
+    def flat(d, pre=""):
+        out = {}
+        for key, v in d.items():
+            if isinstance(v, dict):
+                out.update(flat(v, f"{pre}{key}."))
+            else:
+                out[f"{pre}{key}"] = v
+        return out
+
+    found: dict[str, dict] = {}  # setting → seed → (panel, thinking)
+    for k in seed_list:
+        man = {s: _json(layout.eval_folder(root, k, cap, s) / "manifest.json") for s in layout.SYSTEMS}
+        both = {s: flat({"settings": m.get("settings", {}), "grading": {"grader": m.get("grading", {}).get("grader"),
+                                                                        "options": m.get("grading", {}).get("options")}})
+                for s, m in man.items()}
+        a, b = (both[s] for s in layout.SYSTEMS)
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                found.setdefault(key.removeprefix("settings."), {})[k] = (str(a.get(key)), str(b.get(key)))
+    rows = []
+    for key, per_seed in found.items():
+        pairs = set(per_seed.values())
+        pa, th = next(iter(pairs)) if len(pairs) == 1 else ("each seed's own", "each seed's own")
+        rows.append({"setting": key, "panel": pa, "thinking": th, "seeds": len(per_seed)})
+    return pd.DataFrame(rows, columns=["setting", "panel", "thinking", "seeds"])
+
+
 def power_table(root: str | Path, seed_list, cap: int) -> pd.DataFrame:
     """Per comparison of the design (:mod:`.power`): the effect to detect, the spread and p measured on the
     run's own seeds (post hoc: the seeds the chapter then tests), the seeds and held-out problems (at the run's
@@ -239,13 +327,9 @@ def power_table(root: str | Path, seed_list, cap: int) -> pd.DataFrame:
     and, beside it, the minimum detectable effect by the verdicts' formula (:func:`.inference.mde`: (z_{1−α/2} +
     z_{power}) · (t_{k−1}/z) · s/√k, s the sample sd of the per-seed values), so that the two can be compared.
     think − panel is modelled as the chapter tests it: paired per seed (:func:`.power.paired_difference`, the
-    spread of the per-seed differences, S − 1 degrees of freedom). The model is conditional on the problem set."""
-    import math
-
-    from scipy import stats
-
-    from .inference import z_sum
-
+    spread of the per-seed differences, S − 1 degrees of freedom). The model is conditional on the problem set.
+    What the spread of few seeds leaves uncertain (:func:`uncertainty`): the per-seed sd's chi-square 95 % interval,
+    the verdicts' minimum detectable effect at its lower and upper limit, and the power at its upper limit."""
     root = Path(root)
     sp = spread(root, seed_list, cap)
     rows = []
@@ -267,16 +351,19 @@ def power_table(root: str | Path, seed_list, cap: int) -> pd.DataFrame:
         # no variance at all (every outcome 0 or 1 and no spread between seeds): power and MDE say nothing
         estimable = have > 1 and (sd > 0 or 0 < p < 1)
         s_values = float(pd.Series(values, dtype=float).std(ddof=1)) if len(values) > 1 else float("nan")
-        verdict_mde = (min(z_sum() * float(stats.t.ppf(0.975, len(values) - 1)) / float(stats.norm.ppf(0.975))
-                           * s_values / math.sqrt(len(values)), 1.0)
-                       if len(values) > 1 and s_values > 0 else None)
+        verdict_mde = verdicts_mde(values)
+        u = uncertainty(values, c.effect) if len(values) > 1 else {}
         pw = power.power(c, have, problems) if estimable else None
         rows.append({"comparison": name, "effect to detect": c.effect, "σ between seeds": sd,
-                     "sd of per-seed values": s_values if len(values) > 1 else None, "p": p,
+                     "sd of per-seed values": s_values if len(values) > 1 else None,
+                     "sd low": u.get("sd low"), "sd high": u.get("sd high"), "p": p,
                      "samples per problem": m, "seeds needed": dsg.seeds if estimable else None,
                      "problems needed": dsg.problems if estimable else None, "seeds run": have, "problems run": problems,
                      "power at the run's size": pw,
+                     "power, σ's upper limit": u.get("power, σ's upper limit") if estimable else None,
                      "MDE at the run's size": power.mde(c, have, problems) if estimable else None,
                      "MDE, verdicts' formula": verdict_mde,
+                     "MDE, σ's lower limit": u.get("MDE, σ's lower limit") if estimable else None,
+                     "MDE, σ's upper limit": u.get("MDE, σ's upper limit") if estimable else None,
                      "under-powered": None if pw is None else bool(pw < power.POWER)})
     return pd.DataFrame(rows)

@@ -342,6 +342,7 @@ class Comparison:
     mde: float = field(init=False)
     p_seed_holm: list = field(init=False)
     p_pooled_holm: float = field(init=False)
+    in_family: bool = field(init=False, default=False)  # set by holm_family; outside it the p values are unadjusted
 
     def __post_init__(self):
         self.p_sign, self.p_sign_min, self.sign_seeds = sign_test(self.per_seed)
@@ -359,6 +360,7 @@ class Comparison:
     def set_adjusted(self, adj) -> None:
         k = len(self.p_seed)
         self.p_seed_holm, self.p_pooled_holm = [float(x) for x in adj[:k]], float(adj[k])
+        self.in_family = True
 
     def direction(self) -> int:
         return int(np.sign(self.interval.mean))
@@ -393,13 +395,16 @@ class Comparison:
         return f"minimum detectable effect {100 * self.mde:.1f} points at {POWER:.0%} power, α = {ALPHA}"
 
     def reach_text(self, what: str = "difference") -> str:
-        """Where the across-seed interval reaches past the minimum detectable effect, the clause that says a
-        {what} that large is not excluded (empty otherwise): an MDE is not an upper bound on the effect."""
-        reach = max(abs(self.interval.low), abs(self.interval.high))
-        if self.mde != self.mde or reach <= self.mde:
+        """Where the across-seed interval reaches past the minimum detectable effect, the clause that says {what}s
+        that large are compatible with these seeds (empty otherwise): an MDE is not an upper bound on the effect.
+        The end of the interval farther from 0 is named with its sign; a "change" is named a loss or a gain."""
+        low, high = self.interval.low, self.interval.high
+        reach = low if abs(low) >= abs(high) else high
+        if self.mde != self.mde or abs(reach) <= self.mde:
             return ""
-        return (f"; the 95% interval reaches {100 * reach:.1f} points, past the minimum detectable effect, so a "
-                f"{what} that large is not excluded")
+        noun = ("losses" if reach < 0 else "gains") if what == "change" else f"{what}s"
+        return (f"; the 95% interval reaches {100 * reach:+.1f} points, past the minimum detectable effect: {noun} up "
+                f"to {100 * abs(reach):.1f} points are compatible with these seeds")
 
     def verdict(self, up: str, down: str, neither: str, what: str = "difference") -> str:
         """The verdict the numbers allow, in words (:meth:`kind`). A null says the {what} is not detectable across
@@ -408,6 +413,7 @@ class Comparison:
         direction says that across seeds the {what} is not established; an interval that excludes 0 without a
         significant pooled test is undecided."""
         word = up if self.direction() > 0 else down
+        after = " after Holm's correction" if self.in_family else ""
         n_sig, k = sum(p < ALPHA for p in self.p_seed_holm), len(self.seeds)
         return {"across seeds": word if n_sig == k or k < 2 else
                 f"{word}, carried by {n_sig} of {k} seeds (the other{'s' if k - n_sig > 1 else ''} not significant alone)",
@@ -417,7 +423,7 @@ class Comparison:
                                f"({self.mde_text(what)}){self.reach_text(what)}",
                 "interval only": f"undecided — {word} by the across-seed interval alone ({100 * self.interval.mean:+.1f} "
                                  f"points, 95% interval {100 * self.interval.low:+.1f} to {100 * self.interval.high:+.1f}), "
-                                 f"but the pooled test is not significant after Holm's correction "
+                                 f"but the pooled test is not significant{after} "
                                  f"({p_text(self.p_pooled_holm)}), so neither a {what} nor its absence is stated",
                 "none": (f"{neither} — {self.mde_text(what)}" if self.mde != self.mde else
                          f"{neither} — not detectable across seeds ({self.mde_text(what)}){self.reach_text(what)}")
@@ -436,12 +442,16 @@ class Comparison:
                  f"no seed has the other sign ({ties} at 0), ")
                 + ("each significant" if n_sig == k else f"{n_sig} of {k} significant") + "; ")
         floor = 1 / (self.n_perm + 1) + 1e-15 if self.monte_carlo else 0.0
-        p = lambda raw, adj: f"p ≤ {adj:.3f}" if raw <= floor and adj >= 0.001 else p_text(adj)  # noqa: E731
+        # at the Monte Carlo floor the adjusted p is a bound: printed with enough digits never to round below it
+        p = lambda raw, adj: (f"p ≤ {math.ceil(adj * 1e4) / 1e4:.4f}" if adj < 0.01 else f"p ≤ {adj:.3f}") \
+            if raw <= floor and adj >= 0.001 else p_text(adj)  # noqa: E731
         return (lead + "per seed " + ", ".join(f"{100 * x:+.1f} ({p(r, a)})" for x, r, a in
                                                zip(self.per_seed, self.p_seed, self.p_seed_holm))
-                + f"; {self.pooled_test} {p(self.p_pooled, self.p_pooled_holm)} (Holm-adjusted over the chapter's "
-                + (f"family of tests; {self.n_perm:,} random permutations, so no p below {floor:.5f} before adjustment)"
-                   if self.monte_carlo else "family of tests)")
+                + f"; {self.pooled_test} {p(self.p_pooled, self.p_pooled_holm)} ("
+                + ("Holm-adjusted over the chapter's family of tests" if self.in_family else
+                   "unadjusted: a descriptive comparison, outside the chapter's family of tests")
+                + (f"; {self.n_perm:,} random permutations, so no p below {floor:.5f}"
+                   f"{' before adjustment' if self.in_family else ''})" if self.monte_carlo else ")")
                 + (f"; sign test over the {self.sign_seeds} seeds that are not ties {p_text(self.p_sign)}, the "
                    f"smallest p {self.sign_seeds} seeds can give being {self.p_sign_min:.3f}" if self.sign_seeds > 1 else ""))
 
@@ -459,16 +469,59 @@ def holm_family(comparisons: dict[str, Comparison]) -> dict[str, Comparison]:
     return comparisons
 
 
-def family_table(comparisons: dict[str, Comparison]) -> "pd.DataFrame":
+def family_table(comparisons: dict[str, Comparison], labels: dict[str, str] | None = None,
+                 adjusted: bool = True) -> "pd.DataFrame":
     """One row per comparison of the family: estimate and interval, minimum detectable effect, how many
     seeds share the estimate's sign and how many are significant alone, the pooled and the sign test,
-    and the kind of verdict (:meth:`Comparison.kind`)."""
+    and the kind of verdict (:meth:`Comparison.kind`). ``adjusted=False``: comparisons outside the Holm family
+    (descriptive), their p values unadjusted and the columns named so; ``labels`` (name → words) replaces a row's
+    verdict (a descriptive row is not a verdict of the family)."""
     import pandas as pd
 
+    tag = "Holm" if adjusted else "unadjusted"
+    labels = labels or {}
     return pd.DataFrame([{
         "comparison": name, "seeds": len(c.seeds), "estimate": c.interval.mean, "low": c.interval.low,
         "high": c.interval.high, "MDE (80% power)": c.mde,
         "seeds with its sign": sum(np.sign(x) == c.direction() != 0 for x in c.per_seed),
-        "seeds significant (Holm)": sum(p < ALPHA for p in c.p_seed_holm),
-        "pooled p (Holm)": c.p_pooled_holm, "sign-test p": c.p_sign, "verdict": c.kind()}
+        f"seeds significant ({tag})": sum(p < ALPHA for p in c.p_seed_holm),
+        f"pooled p ({tag})": c.p_pooled_holm, "sign-test p": c.p_sign, "verdict": labels.get(name, c.kind())}
         for name, c in comparisons.items()])
+
+
+def sd_interval(s: float, k: int, level: float = LEVEL) -> tuple[float, float]:
+    """The chi-square interval of a standard deviation ``s`` estimated from ``k`` values (k − 1 degrees of freedom,
+    normal values): (s √((k − 1)/χ²_{(1+level)/2}), s √((k − 1)/χ²_{(1−level)/2})). With 5 values the upper limit
+    is 2.87 s: a spread measured on few seeds is itself uncertain, and so is every power and minimum detectable
+    effect computed from it."""
+    if k < 2 or not s == s:
+        return float("nan"), float("nan")
+    df = k - 1
+    return (float(s * math.sqrt(df / stats.chi2.ppf((1 + level) / 2, df))),
+            float(s * math.sqrt(df / stats.chi2.ppf((1 - level) / 2, df))))
+
+
+def all_equal_expected(k, n: int, g: int, strata=None) -> np.ndarray:
+    """Per unit (a problem answered right ``k`` times in ``n`` samples), the posterior expectation of
+    p^g + (1 − p)^g — the chance that a fresh group of ``g`` samples is all right or all wrong, so that GRPO gets
+    no gradient from it — under a beta prior fitted by maximum marginal likelihood to the units of each stratum
+    (beta-binomial, empirical Bayes). A posterior given the counts is valid for units selected on those counts
+    (a band chosen on these draws); plugging in k / n is not: it pulls the selected units towards the middle."""
+    from scipy import optimize, special
+
+    k = np.asarray(k, dtype=float)
+    strata = np.zeros(len(k)) if strata is None else np.asarray(strata).astype(str)
+    out = np.empty(len(k))
+    for s in np.unique(strata):
+        m = strata == s
+        ks = k[m]
+
+        def nll(log_ab):
+            a, b = np.exp(log_ab)
+            return -float(np.sum(special.betaln(ks + a, n - ks + b) - special.betaln(a, b)))
+
+        a, b = np.exp(optimize.minimize(nll, [0.0, 0.0], method="Nelder-Mead").x)
+        ak, bk = a + ks, b + n - ks
+        base = special.betaln(ak, bk)
+        out[m] = np.exp(special.betaln(ak + g, bk) - base) + np.exp(special.betaln(ak, bk + g) - base)
+    return out

@@ -58,7 +58,7 @@ class Comparison:
     p: float
     between_sd: float
     samples: int
-    within: int = 1
+    within: float = 1
     unit_var: float | None = None
 
     def se(self, seeds: int, problems: int) -> float:
@@ -71,8 +71,11 @@ class Comparison:
         return self.groups * (seeds - 1) if self.groups == 2 else seeds - 1
 
 
-def climb_gain(p: float, between_sd: float, samples: int, effect: float = CLIMB_GAIN) -> Comparison:
-    return Comparison("hill-climb gain", effect, 1, p, between_sd, samples, within=2)
+def climb_gain(p: float, between_sd: float, samples: int, effect: float = CLIMB_GAIN, late: int = 1) -> Comparison:
+    """A hill-climb gain: the last held-out evaluation − step 0 (``late`` 1: w = 2), or the mean of the last
+    ``late`` evaluations − step 0 (w = 1 + 1/late: the mean of ``late`` points samples less noise; the evaluations
+    are treated as independent samplings)."""
+    return Comparison("hill-climb gain", effect, 1, p, between_sd, samples, within=1 + 1 / late)
 
 
 def arm_difference(p: float, between_sd: float, samples: int, effect: float = ARM_DIFFERENCE) -> Comparison:
@@ -112,6 +115,22 @@ def power(c: Comparison, seeds: int, problems: int, alpha: float = ALPHA, test: 
     if not math.isfinite(value):  # scipy's noncentral t gives nan far in the tail (ncp ≳ 8, power > 0.99):
         value = float(norm.cdf(ncp - crit) + norm.cdf(-ncp - crit))  # the normal with the t's critical value
     return value
+
+
+def t_power(sd: float, seeds: int, effect: float, alpha: float = ALPHA) -> float:
+    """The power of the two-sided one-sample t-test over ``seeds`` seeds' values whose standard deviation (between
+    seeds and sampling together) is ``sd``, when the true mean is ``effect``: the test the chapter's across-seed
+    verdicts are calibrated to. Where :func:`power`'s σ_b is above 0 the two agree at the run's own size."""
+    from scipy.stats import nct, norm, t
+
+    if seeds < 2 or not sd == sd:
+        return float("nan")
+    if sd == 0:
+        return 1.0 if effect else float(alpha)
+    df, ncp = seeds - 1, effect / (sd / math.sqrt(seeds))
+    crit = t.ppf(1 - alpha / 2, df)
+    value = float(nct.sf(crit, df, ncp) + nct.cdf(-crit, df, ncp))
+    return value if math.isfinite(value) else float(norm.cdf(ncp - crit) + norm.cdf(-ncp - crit))
 
 
 def problems_needed(c: Comparison, seeds: int, target: float = POWER, alpha: float = ALPHA, test: str = "t",
