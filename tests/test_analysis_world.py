@@ -753,3 +753,12 @@ def test_the_studys_climb_is_read_from_its_records(root):
     assert study["gain"] == pytest.approx(traj[-1]["heldout_mean"] - traj[0]["heldout_mean"])
     assert study["last step"] == traj[-1]["batch"] and study["every (steps)"] == traj[1]["batch"] - traj[0]["batch"]
     assert W.study_climb(root / "nowhere") is None
+
+
+def test_bold_verdicts_are_the_established_ones_and_the_nulls():
+    fam = {"a": _comparison([0.1, 0.1], [0.02, 0.03], 0.01, 0.05, 0.15),
+           "b": _comparison([0.1, 0.1], [0.5, 0.6], 0.4, -0.1, 0.3)}
+    for name, c in fam.items():
+        said = W.bold_verdict(c, "x")
+        assert said == ("x" if c.kind() in ("pooled only", "interval only") else "**x**"), (name, c.kind())
+    assert W.bold_verdict(I.holm_family(fam)["a"], "x") == "x"  # interval only after Holm: undecided, not bold

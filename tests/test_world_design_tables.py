@@ -5,6 +5,7 @@ tests/test_rerun.py's world test; the layouts are tests/test_folders.py's."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -215,3 +216,18 @@ def test_the_power_on_the_levels_with_room(root):
         power.t_power(float(pd.Series(want).std(ddof=1)), len(seeds), 0.05))
     whole = D.power_table(world, seeds, cap).set_index("comparison").loc["think − panel", "MDE, verdicts' formula"]
     assert lp["MDE"] > whole  # fewer problems, and the differences show where there is room
+
+
+def test_the_power_table_as_shown_fits_ranges_in_one_column_each():
+    root = Path(__file__).resolve().parents[1] / "data" / "runs" / "world"
+    from polyvox.studies.world import analysis as W
+
+    table = D.power_table(root, W.seeds(root), 1024)
+    shown = D.power_display(table)
+    assert len(shown.columns) == len(table.columns) - 7  # 9 dropped, 2 ranges added, MDE renamed
+    assert {"σ between seeds", "sd low", "MDE, σ's upper limit", "under-powered"}.isdisjoint(shown.columns)
+    for (_, row), (_, t) in zip(shown.iterrows(), table.iterrows()):
+        lo, hi = (float(x) for x in row["sd 95% range (points)"].split("–"))
+        assert (lo, hi) == (round(100 * t["sd low"], 1), round(100 * t["sd high"], 1)) and lo <= 100 * t["sd of per-seed values"] <= hi
+        lo, hi = (float(x) for x in row["MDE range (points)"].split("–"))
+        assert lo <= 100 * row["MDE (80% power)"] <= hi

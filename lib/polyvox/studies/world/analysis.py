@@ -385,6 +385,12 @@ def rl_key(arm: str) -> str:
     return "panel RL gain" if arm == "panel" else f"{ARMS[arm]} RL gain"
 
 
+def bold_verdict(c, said: str) -> str:
+    """A verdict's sentence in bold on the page — a direction established across seeds or in every seed, or a null
+    with its MDE — and plain for a direction on the pooled test alone or an undecided interval."""
+    return said if c.kind() in ("pooled only", "interval only") else f"**{said}**"
+
+
 def gain_key(arm: str) -> str:
     """The family's name of an arm's hill-climb gain (``panel`` / ``think``)."""
     return f"hill-climb gain, {ARMS[arm]} arm"

@@ -320,6 +320,22 @@ def sampling_differences(root: str | Path, seed_list, cap: int) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["setting", "panel", "thinking", "seeds"])
 
 
+def power_display(table: pd.DataFrame) -> pd.DataFrame:
+    """:func:`power_table` as the chapter shows it, narrow enough for the page's column: the model's inputs (σ
+    between seeds beyond sampling, p, samples per problem) and its own MDE left out, each chi-square range as one
+    column of points ("0.9–4.3"), the under-powered flag left to the text (power at the run's size says it)."""
+    def span(lo, hi):
+        return f"{100 * lo:.1f}–{100 * hi:.1f}"
+
+    out = table.drop(columns=["σ between seeds", "p", "samples per problem", "MDE at the run's size", "under-powered",
+                              "sd low", "sd high", "MDE, σ's lower limit", "MDE, σ's upper limit"])
+    out.insert(out.columns.get_loc("sd of per-seed values") + 1, "sd 95% range (points)",
+               [span(a, b) for a, b in zip(table["sd low"], table["sd high"])])
+    out = out.rename(columns={"MDE, verdicts' formula": "MDE (80% power)"})
+    out["MDE range (points)"] = [span(a, b) for a, b in zip(table["MDE, σ's lower limit"], table["MDE, σ's upper limit"])]
+    return out
+
+
 def power_table(root: str | Path, seed_list, cap: int) -> pd.DataFrame:
     """Per comparison of the design (:mod:`.power`): the effect to detect, the spread and p measured on the
     run's own seeds (post hoc: the seeds the chapter then tests), the seeds and held-out problems (at the run's
