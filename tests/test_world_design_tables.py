@@ -231,3 +231,9 @@ def test_the_power_table_as_shown_fits_ranges_in_one_column_each():
         assert (lo, hi) == (round(100 * t["sd low"], 1), round(100 * t["sd high"], 1)) and lo <= 100 * t["sd of per-seed values"] <= hi
         lo, hi = (float(x) for x in row["MDE range (points)"].split("–"))
         assert lo <= 100 * row["MDE (80% power)"] <= hi
+    # a run whose spread is missing or undefined (a smoke run): no range, no error
+    blank = table.copy()
+    blank.loc[0, ["sd low", "sd high"]] = [None, None]
+    blank.loc[1, ["MDE, σ's lower limit"]] = [float("nan")]
+    shown = D.power_display(blank)
+    assert shown.loc[0, "sd 95% range (points)"] == "—" and shown.loc[1, "MDE range (points)"] == "—"

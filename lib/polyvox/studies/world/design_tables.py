@@ -324,7 +324,9 @@ def power_display(table: pd.DataFrame) -> pd.DataFrame:
     """:func:`power_table` as the chapter shows it, narrow enough for the page's column: the model's inputs (σ
     between seeds beyond sampling, p, samples per problem) and its own MDE left out, each chi-square range as one
     column of points ("0.9–4.3"), the under-powered flag left to the text (power at the run's size says it)."""
-    def span(lo, hi):
+    def span(lo, hi):  # a smoke run's spread may be missing (None) or undefined (NaN): no range
+        if lo is None or hi is None or not (lo == lo and hi == hi):
+            return "—"
         return f"{100 * lo:.1f}–{100 * hi:.1f}"
 
     out = table.drop(columns=["σ between seeds", "p", "samples per problem", "MDE at the run's size", "under-powered",
