@@ -29,6 +29,7 @@ import argparse
 import json
 import math
 import sys
+from statistics import stdev
 from pathlib import Path
 
 from . import power as _power
@@ -78,11 +79,6 @@ def seeds_needed(p: float, between_sd: float, samples: int, problems: int, effec
     return None
 
 
-def _sd(values: list[float]) -> float:
-    mean = sum(values) / len(values)
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-
-
 def summarize(folder: str | Path, endpoint_evals: int, max_seeds: int = 200) -> dict:
     """Per arm of the pilot folder: recipe, seeds, oscillation against sampling noise, endpoint gains, σ_b and the
     seeds needed (at σ_b and at its upper 80 % limit)."""
@@ -107,10 +103,10 @@ def summarize(folder: str | Path, endpoint_evals: int, max_seeds: int = 200) -> 
         within = 2 * p * (1 - p) / (n * m)
         sd_b = _power.between_sd(gains, within)
         k = len(gains)
-        upper = math.sqrt(max(0.0, _sd(gains) ** 2 * (k - 1) / chi2.ppf(0.20, k - 1) - within))
+        upper = math.sqrt(max(0.0, stdev(gains) ** 2 * (k - 1) / chi2.ppf(0.20, k - 1) - within))
         arms[arm] = {"lr": lr, "eval_every": every, "prompts": prompts, "problems": n, "samples": m,
                      "seeds": sorted(by_seed), "mean_accuracy": p,
-                     "oscillation": _sd(steps) if len(steps) > 1 else float("nan"),
+                     "oscillation": stdev(steps) if len(steps) > 1 else float("nan"),
                      "noise": math.sqrt(2 * p * (1 - p) / (n * m)), "endpoint_evals": endpoint_evals,
                      "gains": gains, "between_sd": sd_b, "between_sd_upper80": upper,
                      "seeds_needed": seeds_needed(p, sd_b, m, n, max_seeds=max_seeds),
