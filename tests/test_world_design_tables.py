@@ -5,6 +5,7 @@ tests/test_rerun.py's world test; the layouts are tests/test_folders.py's."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ import pandas as pd
 from polyvox.studies.world import design_tables as D
 from polyvox.studies.world import layout, power
 
+WORLD = Path(__file__).resolve().parents[1] / "data" / "runs" / "world"
 RECIPE = {"arm": "panel", "learning_rate": 5e-4, "lora_rank": 32, "lora_alpha": 64, "group_size": 8,
           "prompts_per_step": 8, "max_completion_length": 1024, "heldout_problems": 100, "heldout_samples": 4,
           "stages": [{"name": "easy", "steps": 100, "problems": 1200}, {"name": "hard", "steps": 100, "problems": 1800}],
@@ -237,3 +239,23 @@ def test_the_power_table_as_shown_fits_ranges_in_one_column_each():
     blank.loc[1, ["MDE, σ's lower limit"]] = [float("nan")]
     shown = D.power_display(blank)
     assert shown.loc[0, "sd 95% range (points)"] == "—" and shown.loc[1, "MDE range (points)"] == "—"
+
+
+def test_the_replaced_climbs_step0_reproduce_across_commits(tmp_path):
+    """The shipped climbs were recorded at a later commit than the rest of the run: their step-0 evaluations equal the
+    replaced climbs' (same adapter, problems and sampling seeds), and a changed record or a bad line is caught."""
+    t = D.replaced_step0(WORLD)
+    assert len(t) == 10 and t.identical.all() and (t["fields compared"] == len(D.STEP0_FIELDS)).all()
+    assert set(t["replaced at"]) == {"7fd2b14"} and set(t["now at"]) == {"02ca956"}
+    run = tmp_path / "run"
+    for k in (0, 1):
+        shutil.copytree(WORLD / f"seed-{k}" / "hillclimb-panel", run / f"seed-{k}" / "hillclimb-panel")
+    lines = [json.loads(x) for x in (WORLD / D.REPLACED_STEP0).read_text().splitlines()]
+    mine = [r for r in lines if r["arm"] == "panel" and r["seed"] in (0, 1)]
+    mine[1]["step0"]["heldout_mean"] += 0.0025  # one more correct sample of 400 at the other commit
+    (run / D.REPLACED_STEP0).write_text("".join(json.dumps(r) + "\n" for r in mine))
+    assert D.replaced_step0(run).identical.tolist() == [True, False]
+    (run / D.REPLACED_STEP0).write_text(json.dumps(mine[0]) + "\n{not json\n")
+    with pytest.raises(ValueError, match=r"replaced-climbs-step0.jsonl:2: not a replaced step-0 record"):
+        D.replaced_step0(run)
+    assert D.replaced_step0(tmp_path) is None

@@ -252,38 +252,35 @@ def _world(root: Path) -> list[Finding]:
                    + (f". At {small:,} tokens: {W.points(*little.interval)}, {little.verdict(*words)}" if little else "")
                    + ceiling, "book/world/replication")]
     climb = t["hillclimb"]
-    # whether the climbs can answer the issue's 10-point question at all, and why not (the chapter's climb section)
+    # whether the climbs can answer the issue's 10-point question (the chapter's climb section)
     st = W.climb_stability(climb)
-    try:  # the seeds needed at this held-out set, per endpoint (the climb design's rule)
-        need = {e: C.summarize(w, e)["arms"] for e in (1, W.LATE)}
-    except ValueError:  # fewer than two complete climbs of an arm: no spread to size seeds from
-        need = None
+    pilot = C.recomputed(w / "climb-pilot")
     study = W.study_climb(root / "data")
     steps = int(climb["config"]["panel"]["stages"][0]["steps"])
     target = D.power.CLIMB_GAIN
     mdes = {a: fam[W.gain_key(a)].mde for a in W.ARMS}
     answerable = all(m <= target for m in mdes.values())  # a nan MDE (nothing varies) answers nothing
-    stability = ("" if answerable else
-                 f"This run cannot say whether a {steps}-step climb gains {100 * target:.0f} points (issue 21's target)"
-                 + (f" or reproduces the study's climb gain ({100 * study['gain']:+.1f} points in Part I's RL "
-                    "follow-up records)" if study else
-                    " or reproduces the study's climb gain")
-                 + ": the endpoint gains' minimum detectable effects are "
-                 + " and ".join(f"{100 * mdes[a]:.1f} ({n})" for a, n in W.ARMS.items())
-                 + " points, because held-out accuracy moves between evaluations "
-                 f"{st['every (steps)'].iloc[0]} steps apart by an sd of "
-                 + " and ".join(f"{100 * st.loc[a, 'sd of consecutive changes']:.1f} ({n})" for a, n in W.ARMS.items())
-                 + " points, " + " and ".join(f"{st.loc[a, 'ratio']:.1f}×" for a in W.ARMS)
-                 + " the binomial sd of a difference of two held-out points: the policy oscillates (also in the "
-                 f"training batches: {int(st['climbs with a breakdown'].sum())} of {int(st['climbs'].sum())} climbs have a "
-                 "step whose batch accuracy fell below half the step before). "
-                 + ("" if need is None else
-                    f"{W.POWER:.0%} power at {100 * target:.0f} points would need "
-                    + " and ".join(str(need[1][a]["seeds_needed"] or "more than 200") for a in W.ARMS)
-                    + " seeds for the endpoint as recorded, "
-                    + " and ".join(str(need[W.LATE][a]["seeds_needed"] or "more than 200") for a in W.ARMS)
-                    + f" for the mean of the last {W.LATE} evaluations (a descriptive alternative). ")
-                 + "As recorded: ")
+    k_end = climb["endpoint_evals"]
+    sized = ("" if pilot is None else
+             f"Recipe and seeds from a climb pilot and a rule fixed before it ran (learning rate "
+             f"{pilot['decision']['lr']:g}, {pilot['decision']['seeds_per_arm']} seeds per arm"
+             + ("" if pilot["agree"] else "; **not** the recording's own design") + "). ")
+    stability = (sized
+                 + ("" if answerable else
+                    f"This run cannot say whether a {steps}-step climb gains {100 * target:.0f} points (issue 21's target)"
+                    + (f" or reproduces the study's climb gain ({100 * study['gain']:+.1f} points in Part I's RL "
+                       "follow-up records)" if study else " or reproduces the study's climb gain")
+                    + ": the endpoint gains' minimum detectable effects are "
+                    + " and ".join(f"{100 * mdes[a]:.1f} ({n})" for a, n in W.ARMS.items())
+                    + " points; held-out accuracy moves between evaluations "
+                    f"{st['every (steps)'].iloc[0]} steps apart by an sd of "
+                    + " and ".join(f"{100 * st.loc[a, 'sd of consecutive changes']:.1f} ({n})" for a, n in W.ARMS.items())
+                    + " points, " + " and ".join(f"{st.loc[a, 'ratio']:.1f}×" for a in W.ARMS)
+                    + " the binomial sd of a difference of two held-out points. As recorded: "))
+    endpoint = (f"the mean of the last {k_end} evaluations, declared before the run" if k_end > 1 else
+                "the last evaluation")
+    tests_said = (f"{W.ACROSS}; {W.SIGN_FLIP}, paired over problems" if climb["paired"] else
+                  f"{W.ACROSS_SAMPLES}; {W.PERMUTATION}")
     parts = []
     for arm, name in W.ARMS.items():
         c = fam[W.gain_key(arm)]
@@ -293,11 +290,15 @@ def _world(root: Path) -> list[Finding]:
                      + (f"; {n_collapsed} of {len(seeds)} runs collapsed (included, as recorded)" if n_collapsed else ""))
     gg = fam[W.GAIN_GAP]
     out.append(Finding("world", "RL on each arm's own variance band (the study ran the panel arm only)", "miniature only",
-                       defect + stability + f"held-out gain over {len(seeds)} seeds ({W.ACROSS_SAMPLES}; {W.PERMUTATION}, Holm-adjusted): "
+                       defect + stability + f"held-out gain at the endpoint ({endpoint}) over {len(seeds)} seeds "
+                       f"({tests_said}, Holm-adjusted"
+                       + (f"; minimum detectable effects " + " and ".join(f"{100 * mdes[a]:.1f}" for a in W.ARMS)
+                          + f" points against the {100 * target:.0f}-point target" if answerable else "") + "): "
                        + "; ".join(parts)
                        + f"; the arms compared, think − panel gain {W.points(*gg.interval)}: "
                        + gg.verdict("the thinking arm gains more", "the panel arm gains more",
                                     "no difference between the arms' gains")
+                       + f" (minimum detectable effect {100 * gg.mde:.1f} points)"
                        + (f" (every seed's climb starts from seed {seeds[0]}'s easy-stage adapter of its arm: conditional "
                           "on those two adapters, which start at "
                           + " and ".join(f"{100 * climb['gains'][climb['gains'].arm == a].start.mean():.1f}% ({n})"

@@ -315,20 +315,75 @@ GAIN_GAP = "think − panel hill-climb gain"  # the family's name of the differe
 START_GAP = "step-0 gap (one adapter pair)"
 LATE = 3  # evaluations at the end of a climb whose mean gives the gain less sensitive to one noisy endpoint
 T_OVER_SEEDS = "t-test over seeds (each seed's difference of gains)"
+PAIRED_GAIN = ("paired over problems: each held-out problem's share of correct samples at the endpoint minus at "
+               "step 0 (sample i of a problem draws the same seed at every evaluation)")
 
 
 def _gain_gap(panel_start, panel_end, think_start, think_end):
     return (think_end - think_start) - (panel_end - panel_start)
 
 
+def climb_endpoint_evals(root: str | Path, seed_list) -> int:
+    """The climbs' endpoint as the run declared it before it ran: the mean of the last k held-out evaluations (the
+    ``climb`` section's ``endpoint_evals`` in every climb stage's settings); 1 (the last evaluation) for a run
+    whose scale has no such section. Refuses climbs that declared different endpoints."""
+    found = set()
+    for a in ARMS:
+        for k in seed_list:
+            f = Path(root) / f"seed-{k}" / f"hillclimb-{a}" / "stage.json"
+            settings = json.loads(f.read_text()).get("settings", {}) if f.is_file() else {}
+            found.add(int((settings.get("climb") or {}).get("endpoint_evals", 1)))
+    if len(found) != 1:
+        raise ValueError(f"{root}: the climbs declared different endpoints {sorted(found)}")
+    return found.pop()
+
+
+def endpoint_gain(t: pd.DataFrame, k: int) -> float:
+    """The mean held-out accuracy of the last ``k`` evaluations after step 0 minus step 0's."""
+    if len(t) < 2 or int(t.step.iloc[0]) != 0:
+        raise ValueError("a climb's held-out trajectory must start at step 0 and hold a later evaluation")
+    return float(t.heldout_mean.iloc[1:].iloc[-k:].mean() - t.heldout_mean.iloc[0])
+
+
+def per_problem_gain(t: pd.DataFrame, k: int) -> pd.Series | None:
+    """Each held-out problem's share of correct samples, mean of the last ``k`` evaluations after step 0, minus its
+    share at step 0 (indexed by problem id, sorted); None where an evaluation did not log each problem's correct
+    samples (recordings before commit 02ca956) or the evaluations differ in their problems."""
+    if "per_problem_correct" not in t or t.per_problem_correct.isna().any():
+        return None
+    rows = [pd.Series(r.per_problem_correct, dtype=float) / float(r.samples) for r in t.itertuples()]
+    ids = set(rows[0].index)
+    if any(set(r.index) != ids for r in rows):
+        return None
+    later = pd.concat(rows[1:][-k:], axis=1).mean(axis=1)
+    return (later - rows[0]).sort_index()
+
+
+def step0_shares(t: pd.DataFrame) -> pd.Series | None:
+    """Each held-out problem's share of correct samples at step 0 (None without per-problem records)."""
+    if "per_problem_correct" not in t or not isinstance(t.per_problem_correct.iloc[0], dict):
+        return None
+    r = t.iloc[0]
+    return (pd.Series(r.per_problem_correct, dtype=float) / float(r.samples)).sort_index()
+
+
 def hillclimb(root: str | Path, seed_list, n_boot: int = I.N_BOOT, n_perm: int = I.N_PERM) -> dict:
-    """RL of each arm on its own band, every seed: trajectories, logs, configs, the gains table (start,
-    end, gain, share of all-equal groups), collapsed runs by the collapse rule, per arm the gain across
-    seeds as recorded (a :class:`Comparison`, collapsed runs included) and without the collapsed runs
-    (an :class:`Interval`; an arm every run of which collapsed has none), the panel − thinking gap at step 0
-    and the difference between the arms' gains, think − panel (:data:`GAIN_GAP`: per seed a z test on the
-    within-seed bootstrap, pooled a t-test over the seeds' differences; two arms' gains each tested alone do
-    not compare the arms)."""
+    """RL of each arm on its own band, every seed: trajectories, logs, configs, the gains table, collapsed runs by
+    the collapse rule, per arm the gain across seeds as recorded (a :class:`Comparison`, collapsed runs included)
+    and without the collapsed runs (an :class:`Interval`; an arm every run of which collapsed has none), the
+    panel − thinking gap at step 0 and the difference between the arms' gains, think − panel (:data:`GAIN_GAP`).
+
+    The gain is the run's declared endpoint (:func:`climb_endpoint_evals`: the mean of the last k evaluations)
+    minus step 0. Where every evaluation logged each problem's correct samples (``paired``), every comparison is
+    paired over problems (:data:`PAIRED_GAIN`): a seed's value is the mean of its per-problem gains (for the gap,
+    of the per-problem differences between the arms' gains, the arms sharing the held-out problems), tested by sign
+    flips in each seed and pooled (:data:`SIGN_FLIP`) — the evaluations of one climb share their problems and
+    sampling seeds, so treating them as independent samples would overstate a gain's noise. Otherwise (older
+    recordings: per-level rates only) the endpoint is the last evaluation, each evaluation's samples are treated
+    as independent outcomes, and the tests are the label permutation and, for the gap, a t-test over seeds.
+
+    The gains table: start (step 0), last (the last evaluation), end (the endpoint), gain (end − start, the
+    comparison's), gain at the last evaluation, the share of all-equal training groups."""
     root = Path(root)
     traj, logs = {a: {} for a in ARMS}, {a: {} for a in ARMS}
     for a in ARMS:
@@ -338,29 +393,48 @@ def hillclimb(root: str | Path, seed_list, n_boot: int = I.N_BOOT, n_perm: int =
             logs[a][k] = read_log(folder, "train_log.jsonl")[0]
     cfg = {a: manifest(root / f"seed-{seed_list[0]}" / f"hillclimb-{a}")["config"] for a in ARMS}
     n = cfg["panel"]["heldout_problems"] * cfg["panel"]["heldout_samples"]
-    gains = pd.DataFrame([{"arm": a, "seed": k, "start": t.heldout_mean.iloc[0], "end": t.heldout_mean.iloc[-1],
-                           "gain": t.heldout_mean.iloc[-1] - t.heldout_mean.iloc[0],
-                           f"gain, mean of last {LATE}": t.heldout_mean.iloc[-LATE:].mean() - t.heldout_mean.iloc[0],
+    declared = climb_endpoint_evals(root, seed_list)
+    per_problem = {a: {k: per_problem_gain(t, declared) for k, t in traj[a].items()} for a in ARMS}
+    starts = {a: {k: step0_shares(t) for k, t in traj[a].items()} for a in ARMS}
+    paired = (all(v is not None for a in ARMS for v in per_problem[a].values())
+              and len({tuple(v.index) for a in ARMS for v in per_problem[a].values()}) == 1)
+    k_end = declared if paired else 1
+    gains = pd.DataFrame([{"arm": a, "seed": k, "start": t.heldout_mean.iloc[0], "last": t.heldout_mean.iloc[-1],
+                           "end": t.heldout_mean.iloc[0] + endpoint_gain(t, k_end), "gain": endpoint_gain(t, k_end),
+                           "gain, last evaluation": endpoint_gain(t, 1),
                            "groups with equal rewards": logs[a][k].frac_groups_all_equal.mean()}
                           for a in ARMS for k, t in traj[a].items()])
     collapsed = {(a, k): c for a in ARMS for k in seed_list if (c := collapse(logs[a][k])) is not None}  # (step, rule)
     kept = gains[[(r.arm, r.seed) not in collapsed for r in gains.itertuples()]]
-    units = {a: {k: (heldout_units(t.iloc[0], cfg[a]), heldout_units(t.iloc[-1], cfg[a])) for k, t in traj[a].items()}
-             for a in ARMS}
-    across = {a: gain_comparison(gain_key(a), seed_list, *zip(*units[a].values()), n_boot, n_perm)
-              for a in ARMS}
-    across_kept = {a: gain_across_seeds(*zip(*[units[a][k] for k in g.seed]), n_boot=n_boot) for a, g in kept.groupby("arm")}
-    gap = [(units["think"][k][0], units["panel"][k][0]) for k in seed_list]  # panel − think at step 0
-    quads = [(*units["panel"][k], *units["think"][k]) for k in seed_list]  # the arms' gains side by side
-    gap_iv = across_seeds(quads, combine=_gain_gap, n_boot=n_boot)
-    gain_gap = Comparison(GAIN_GAP, gap_iv, list(seed_list),
-                          [I.bootstrap_z_test(q, _gain_gap, n_boot, seed=i) for i, q in enumerate(quads)],
-                          I.t_test_over_seeds(gap_iv.per_seed), T_OVER_SEEDS, n_perm, monte_carlo=False)
+    if paired:
+        units = {a: {k: Units(per_problem[a][k].to_numpy()) for k in seed_list} for a in ARMS}
+        across = {a: difference_comparison(gain_key(a), seed_list, [units[a][k] for k in seed_list], n_boot, n_perm)
+                  for a in ARMS}
+        across_kept = {a: across_seeds([units[a][k] for k in g.seed], n_boot=n_boot) for a, g in kept.groupby("arm")}
+        gap_units = [Units((per_problem["think"][k] - per_problem["panel"][k]).to_numpy()) for k in seed_list]
+        gain_gap = difference_comparison(GAIN_GAP, seed_list, gap_units, n_boot, n_perm)
+        start_units = [Units((starts["panel"][k] - starts["think"][k]).to_numpy()) for k in seed_list]
+        start_gap = difference_comparison(START_GAP, seed_list, start_units, n_boot, n_perm)
+    else:
+        units = {a: {k: (heldout_units(t.iloc[0], cfg[a]), heldout_units(t.iloc[-1], cfg[a])) for k, t in traj[a].items()}
+                 for a in ARMS}
+        across = {a: gain_comparison(gain_key(a), seed_list, *zip(*units[a].values()), n_boot, n_perm)
+                  for a in ARMS}
+        across_kept = {a: gain_across_seeds(*zip(*[units[a][k] for k in g.seed]), n_boot=n_boot)
+                       for a, g in kept.groupby("arm")}
+        gap = [(units["think"][k][0], units["panel"][k][0]) for k in seed_list]  # panel − think at step 0
+        quads = [(*units["panel"][k], *units["think"][k]) for k in seed_list]  # the arms' gains side by side
+        gap_iv = across_seeds(quads, combine=_gain_gap, n_boot=n_boot)
+        gain_gap = Comparison(GAIN_GAP, gap_iv, list(seed_list),
+                              [I.bootstrap_z_test(q, _gain_gap, n_boot, seed=i) for i, q in enumerate(quads)],
+                              I.t_test_over_seeds(gap_iv.per_seed), T_OVER_SEEDS, n_perm, monte_carlo=False)
+        start_gap = Comparison(START_GAP, across_seeds(gap, combine=_gain, n_boot=n_boot), list(seed_list),
+                               [I.permutation_test([p], n_perm=n_perm, seed=i) for i, p in enumerate(gap)],
+                               I.permutation_test(gap, n_perm=n_perm), PERMUTATION, n_perm)
     return {"traj": traj, "logs": logs, "config": cfg, "heldout_n": n, "gains": gains, "kept": kept,
             "collapsed": collapsed, "gain": across, "gain_kept": across_kept, "gain_gap": gain_gap,
-            "start_gap": Comparison(START_GAP, across_seeds(gap, combine=_gain, n_boot=n_boot),
-                                    list(seed_list), [I.permutation_test([p], n_perm=n_perm, seed=i) for i, p in enumerate(gap)],
-                                    I.permutation_test(gap, n_perm=n_perm), PERMUTATION, n_perm),
+            "start_gap": start_gap, "endpoint_evals": k_end, "endpoint_declared": declared, "paired": paired,
+            "per_problem": per_problem if paired else None,
             "smoke_fallback": [f"{a} seed {k}" for a in ARMS for k in seed_list
                                if (root / f"seed-{k}" / f"hillclimb-{a}" / "SMOKE_BAND_WAS_EMPTY").exists()]}
 
@@ -545,11 +619,10 @@ def gain_noise(climb: dict, level: float = 0.95) -> pd.DataFrame:
 
 def end_troughs(climb: dict, arm: str, level: float = 0.95) -> pd.DataFrame:
     """The climbs of ``arm`` whose last held-out evaluation fell below the one before it by more than the 95 % band
-    of a difference of two points (:func:`point_difference_se` at the earlier point): an endpoint read in a trough.
-    Per such seed: the two evaluations with their steps, the endpoint gain and the gain of the mean of the last
-    :data:`LATE` evaluations."""
+    of a difference of two points (:func:`point_difference_se` at the earlier point): a last evaluation read in a
+    trough. Per such seed: the two evaluations with their steps, the gain at the last evaluation and the gain at the
+    run's endpoint (:func:`hillclimb`'s ``gain``; the same when the endpoint is the last evaluation)."""
     z = float(stats.norm.ppf((1 + level) / 2))
-    late = f"gain, mean of last {LATE}"
     g = climb["gains"][climb["gains"].arm == arm].set_index("seed")
     rows = []
     for k, t in climb["traj"][arm].items():
@@ -558,9 +631,11 @@ def end_troughs(climb: dict, arm: str, level: float = 0.95) -> pd.DataFrame:
         before, last = float(t.heldout_mean.iloc[-2]), float(t.heldout_mean.iloc[-1])
         if before - last > z * point_difference_se(before, climb["heldout_n"]):
             rows.append({"seed": k, "step before": int(t.step.iloc[-2]), "before": before,
-                         "last step": int(t.step.iloc[-1]), "last": last, "gain": float(g.loc[k, "gain"]),
-                         late: float(g.loc[k, late])})
-    return pd.DataFrame(rows, columns=["seed", "step before", "before", "last step", "last", "gain", late])
+                         "last step": int(t.step.iloc[-1]), "last": last,
+                         "gain, last evaluation": float(g.loc[k, "gain, last evaluation"]),
+                         "gain (endpoint)": float(g.loc[k, "gain"])})
+    return pd.DataFrame(rows, columns=["seed", "step before", "before", "last step", "last", "gain, last evaluation",
+                                       "gain (endpoint)"])
 
 
 def first_batches(root: str | Path, climb: dict, seed_list, steps: int = 5) -> pd.DataFrame | None:

@@ -142,6 +142,34 @@ def climb_section(decision: dict, candidate: dict, max_seeds: int, first_seed: i
             "seeds": list(range(first_seed, first_seed + min(n, max_seeds))), "endpoint_evals": arm["endpoint_evals"]}
 
 
+def recomputed(pilot_dir: str | Path) -> dict | None:
+    """A shipped climb pilot recomputed from its records: ``pilot_dir`` holds one folder per candidate (``lr-*``,
+    each with its climbs) and ``design.json`` as the recording wrote it. Summarizes every candidate with the design's
+    endpoint, applies :func:`choose` and returns {"table": one row per candidate and arm, "decision": the recomputed
+    choice, "recorded": design.json's, "agree": same learning rate and seeds per arm, "design": design.json}; None
+    when ``pilot_dir`` has no design.json."""
+    import pandas as pd
+
+    pilot_dir = Path(pilot_dir)
+    f = pilot_dir / "design.json"
+    if not f.is_file():
+        return None
+    design = json.loads(f.read_text())
+    k, max_seeds = int(design["climb"]["endpoint_evals"]), int(design.get("max_seeds", 200))
+    cands = [summarize(d, k) for d in sorted(pilot_dir.glob("lr-*")) if d.is_dir()]
+    decision = choose(cands)
+    rows = [{"learning rate": a["lr"], "arm": arm, "climb seeds": len(a["seeds"]), "mean held-out": a["mean_accuracy"],
+             "oscillation": a["oscillation"], "binomial noise": a["noise"],
+             "gains": ", ".join(f"{100 * g:+.1f}" for g in a["gains"]), "σ between seeds": a["between_sd"],
+             "σ, upper 80 %": a["between_sd_upper80"], "seeds needed": a["seeds_needed"],
+             "seeds needed, σ upper 80 %": a["seeds_needed_upper80"]}
+            for c in cands for arm, a in c["arms"].items()]
+    agree = (math.isclose(decision["lr"], design["lr"]) and decision["seeds_per_arm"] == design["seeds_per_arm"])
+    return {"table": pd.DataFrame(rows), "decision": decision, "agree": agree, "design": design,
+            "recorded": {"lr": design["lr"], "seeds_per_arm": design["seeds_per_arm"]}, "max_seeds": max_seeds,
+            "endpoint_evals": k}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m polyvox.studies.world.climb_design",
                                  description="Choose the hill-climbs' recipe and seed count from climb pilot folders.")

@@ -18,6 +18,7 @@
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -26,6 +27,7 @@ from ...jsonl import read_json
 from ...stages import STAGE_RECORD
 from . import layout, power
 from .pilot import logged_cap_hits
+from .logs import read_log
 from .run_tables import ARMS
 
 FORMAT_FIELDS = ("arm", "reward")  # the fields that name the format and its format reward
@@ -208,13 +210,16 @@ def spread(root: str | Path, seed_list, cap: int) -> dict:
                                    "between_sd": power.between_sd(acc.values(), p * (1 - p) / n)
                                    if len(acc) > 1 else None}
     out["think − panel"] = paired_spread(evs, seed_list)
+    from .analysis import climb_endpoint_evals, endpoint_gain
+
+    ends = climb_endpoint_evals(root, seed_list)  # the run's declared endpoint: the mean of the last k evaluations
     for arm in ARMS:
         gains, starts = {}, []
         cfg = _json(root / f"seed-{seed_list[0]}" / f"hillclimb-{arm}" / "manifest.json")["config"]
         m = cfg["heldout_problems"] * cfg["heldout_samples"]
         for k in seed_list:
             t = read_log(root / f"seed-{k}" / f"hillclimb-{arm}", "heldout_trajectory.jsonl")[0]
-            gains[k] = float(t.heldout_mean.iloc[-1] - t.heldout_mean.iloc[0])
+            gains[k] = endpoint_gain(t, ends)
             starts.append(float(t.heldout_mean.iloc[0]))
         p = sum(starts) / len(starts)
         out[f"{arm} climb gain"] = {"values": gains, "p": p, "samples": m,
@@ -384,4 +389,36 @@ def power_table(root: str | Path, seed_list, cap: int) -> pd.DataFrame:
                      "MDE, σ's lower limit": u.get("MDE, σ's lower limit") if estimable else None,
                      "MDE, σ's upper limit": u.get("MDE, σ's upper limit") if estimable else None,
                      "under-powered": None if pw is None else bool(pw < power.POWER)})
+    return pd.DataFrame(rows)
+
+
+REPLACED_STEP0 = "replaced-climbs-step0.jsonl"  # step-0 records of climbs a later recording replaced
+STEP0_FIELDS = ("heldout_mean", "per_level", "mean_completion_tokens", "cap_hits")  # what two commits must agree on
+
+
+def replaced_step0(root: str | Path) -> pd.DataFrame | None:
+    """The cross-commit check of re-recorded climbs: each arm's and seed's step-0 held-out evaluation as the
+    replaced recording logged it (``replaced-climbs-step0.jsonl``: arm, seed, git_commit, step0) beside the one the
+    run holds now. Step 0 evaluates the same adapter (the first seed's easy-stage adapter) on the same problems
+    with the same sampling seeds, so code that samples and grades alike at both commits gives identical records:
+    ``identical`` is True when every field of :data:`STEP0_FIELDS` that both records hold is equal. None when the
+    run has no such file."""
+    f = Path(root) / REPLACED_STEP0
+    if not f.is_file():
+        return None
+    rows = []
+    for i, line in enumerate(f.read_text().splitlines(), 1):
+        try:
+            old = json.loads(line)
+            arm, seed, then = old["arm"], int(old["seed"]), old["step0"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{f}:{i}: not a replaced step-0 record ({e})") from None
+        folder = Path(root) / f"seed-{seed}" / f"hillclimb-{arm}"
+        now = read_log(folder, "heldout_trajectory.jsonl")[0].iloc[0]
+        shared = [k for k in STEP0_FIELDS if k in then and k in now]
+        rows.append({"arm": arm, "seed": seed, "replaced at": str(old.get("git_commit", ""))[:7],
+                     "now at": str(stage_record(root, f"hillclimb-{arm}", seed).get("git_commit", ""))[:7],
+                     "held-out then": float(then["heldout_mean"]), "held-out now": float(now["heldout_mean"]),
+                     "fields compared": len(shared),
+                     "identical": bool(shared) and all(then[k] == now[k] for k in shared)})
     return pd.DataFrame(rows)

@@ -224,7 +224,8 @@ def _jsonl(path: Path) -> list[dict]:
 def recorded_spread(root: str | Path, cap: int = 1024) -> dict:
     """Between-seed spread in a recorded world run (either design, :mod:`.layout`): σ_b of the panel arm's
     evaluation accuracy at ``cap`` (its RL seeds; the panel-only design's think arm had none) and of each
-    hill-climb's gain (held-out accuracy at the last step − at step 0), over every seed and over the seeds
+    hill-climb's gain (held-out accuracy at the run's declared endpoint, the mean of its last k evaluations, − at
+    step 0), over every seed and over the seeds
     recorded at one commit (the largest such set); with p and the number of held-out problems × samples each used."""
     from . import layout
 
@@ -246,11 +247,15 @@ def recorded_spread(root: str | Path, cap: int = 1024) -> dict:
     out["panel_accuracy"] = {"values": acc, "p": p, "samples": min(n_samples.values()),
                              "between_sd_all": between_sd(acc.values(), w),
                              "between_sd_same_commit": between_sd([acc[k] for k in same], w) if len(same) > 1 else None}
+    from .analysis import climb_endpoint_evals
+
+    ends = climb_endpoint_evals(root, seeds)  # the run's declared endpoint: the mean of the last k evaluations
     for arm in ("panel", "think"):
         gains, ps = {}, []
         for k in seeds:
             traj = _jsonl(root / f"seed-{k}/hillclimb-{arm}/heldout_trajectory.jsonl")
-            gains[k] = traj[-1]["heldout_mean"] - traj[0]["heldout_mean"]
+            later = [r["heldout_mean"] for r in traj[1:]][-ends:]
+            gains[k] = sum(later) / len(later) - traj[0]["heldout_mean"]
             ps.append(traj[0]["heldout_mean"])
         cfg = json.loads((root / f"seed-{seeds[0]}/hillclimb-{arm}/manifest.json").read_text())["config"]
         m = cfg["heldout_problems"] * cfg["heldout_samples"]
