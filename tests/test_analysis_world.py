@@ -352,7 +352,7 @@ def test_verdict_wording_is_computed():
     assert "larger than" not in said and "past the minimum detectable effect" in said
     # a direction carried by one seed says so
     c = _comparison([-0.03, -0.585, -0.03], [0.35, 1e-4, 0.37], 1e-4, -0.58, -0.01)
-    assert c.verdict("a gain", "a loss", "no change") == "a loss, carried by 1 of 3 seeds (the others not significant alone)"
+    assert c.verdict("a gain", "a loss", "no change") == "a loss, every seed with the same sign, 1 of 3 significant alone"
     # Holm over the family changes what is significant
     fam = I.holm_family({"a": _comparison([0.1, 0.1], [0.02, 0.03], 0.01, 0.05, 0.15),
                          "b": _comparison([0.1, 0.1], [0.5, 0.6], 0.4, -0.1, 0.3)})
@@ -798,3 +798,41 @@ def test_per_problem_gains_and_the_declared_endpoint(tmp_path):
     (tmp_path / "seed-1" / "hillclimb-think" / "stage.json").write_text(json.dumps({"settings": {}}))  # no section: 1
     with pytest.raises(ValueError, match=r"different endpoints \[1, 3\]"):
         W.climb_endpoint_evals(tmp_path, [0, 1])
+
+
+def test_the_start_adjusted_gap_and_the_steadiness_after_the_rise():
+    climb = W.hillclimb(WORLD, W.seeds(WORLD), n_boot=200, n_perm=200)
+    a = W.start_adjusted_gap(climb)
+    # the raw gap is -16.3 points; within each start stratum the arms differ far less: the adjusted gap holds 0
+    assert -0.20 < climb["gain_gap"].interval.mean < -0.15 and a["low"] < 0 < a["high"] and -0.08 < a["mean"] < -0.02
+    assert a["endpoint"]["mean"] == pytest.approx(np.mean([climb["gains"].set_index(["arm", "seed"]).loc[("think", k), "end"]
+                                                           - climb["gains"].set_index(["arm", "seed"]).loc[("panel", k), "end"]
+                                                           for k in W.seeds(WORLD)]))
+    assert a["strata"].shape == (5, 4)  # 0/4 .. 4/4 starts, problems and mean gain per arm
+    # a made-up pair whose arms gain alike within every stratum but start apart: raw gap negative, adjusted 0
+    ids = [f"p{i}" for i in range(8)]
+    def traj(start, end):
+        return pd.DataFrame({"step": [0, 10], "heldout_mean": [np.mean(start) / 4, np.mean(end) / 4], "samples": [4, 4],
+                             "per_problem_correct": [dict(zip(ids, start)), dict(zip(ids, end))]})
+    panel = traj([0, 0, 0, 0, 2, 2, 4, 4], [2, 2, 2, 2, 3, 3, 4, 4])  # low starts gain 2/4, half starts 1/4
+    think = traj([0, 0, 2, 2, 2, 2, 4, 4], [2, 2, 3, 3, 3, 3, 4, 4])
+    fake = {"paired": True, "traj": {"panel": {0: panel, 1: panel}, "think": {0: think, 1: think}},
+            "config": {"panel": {"heldout_samples": 4}},
+            "per_problem": {"panel": {k: W.per_problem_gain(panel, 1) for k in (0, 1)},
+                            "think": {k: W.per_problem_gain(think, 1) for k in (0, 1)}},
+            "gains": pd.DataFrame([{"arm": arm, "seed": k, "end": t.heldout_mean.iloc[-1]}
+                                   for arm, t in (("panel", panel), ("think", think)) for k in (0, 1)])}
+    raw = W.per_problem_gain(think, 1).mean() - W.per_problem_gain(panel, 1).mean()
+    assert raw == pytest.approx(-0.0625) and W.start_adjusted_gap(fake)["mean"] == pytest.approx(0.0)
+    assert W.start_adjusted_gap({**fake, "paired": False}) is None
+    # steadiness: the sd of consecutive changes includes the rise from step 0; after it the climbs hold
+    st = W.climb_stability(climb)
+    assert (st["ratio"] > st["ratio after the first change"]).all() and (st["ratio after the first change"] < 1).all()
+
+
+def test_a_verdict_where_every_seed_agrees_but_not_every_seed_is_significant():
+    c = _comparison([-0.10, -0.14, -0.12, -0.19, -0.26], [0.2, 0.01, 0.3, 0.01, 0.001], 0.001, -0.24, -0.09)
+    said = c.verdict("up", "down", "none")
+    assert said.startswith("down, every seed with the same sign, 3 of 5 significant alone") and "carried by" not in said
+    mixed = _comparison([-0.10, 0.02, -0.12, -0.19, -0.26], [0.2, 0.6, 0.3, 0.01, 0.001], 0.001, -0.24, -0.01)
+    assert "carried by 2 of 5 seeds" in mixed.verdict("up", "down", "none")

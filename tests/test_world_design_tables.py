@@ -243,19 +243,38 @@ def test_the_power_table_as_shown_fits_ranges_in_one_column_each():
 
 def test_the_replaced_climbs_step0_reproduce_across_commits(tmp_path):
     """The shipped climbs were recorded at a later commit than the rest of the run: their step-0 evaluations equal the
-    replaced climbs' (same adapter, problems and sampling seeds), and a changed record or a bad line is caught."""
+    replaced climbs' (kept whole in replaced-climbs/: same adapter, problems and sampling seeds), and a changed
+    record is caught."""
     t = D.replaced_step0(WORLD)
-    assert len(t) == 10 and t.identical.all() and (t["fields compared"] == len(D.STEP0_FIELDS)).all()
+    assert len(t) == 10 and t.identical.all() and (t["fields compared"] == 4).all()  # no per-problem counts then
     assert set(t["replaced at"]) == {"7fd2b14"} and set(t["now at"]) == {"02ca956"}
     run = tmp_path / "run"
     for k in (0, 1):
         shutil.copytree(WORLD / f"seed-{k}" / "hillclimb-panel", run / f"seed-{k}" / "hillclimb-panel")
-    lines = [json.loads(x) for x in (WORLD / D.REPLACED_STEP0).read_text().splitlines()]
-    mine = [r for r in lines if r["arm"] == "panel" and r["seed"] in (0, 1)]
-    mine[1]["step0"]["heldout_mean"] += 0.0025  # one more correct sample of 400 at the other commit
-    (run / D.REPLACED_STEP0).write_text("".join(json.dumps(r) + "\n" for r in mine))
-    assert D.replaced_step0(run).identical.tolist() == [True, False]
-    (run / D.REPLACED_STEP0).write_text(json.dumps(mine[0]) + "\n{not json\n")
-    with pytest.raises(ValueError, match=r"replaced-climbs-step0.jsonl:2: not a replaced step-0 record"):
-        D.replaced_step0(run)
+        shutil.copytree(WORLD / D.REPLACED / f"seed-{k}" / "hillclimb-panel", run / D.REPLACED / f"seed-{k}" / "hillclimb-panel")
+    f = run / D.REPLACED / "seed-1" / "hillclimb-panel" / "heldout_trajectory.jsonl"
+    lines = f.read_text().splitlines()
+    first = json.loads(lines[0])
+    first["heldout_mean"] += 0.0025  # one more correct sample of 400 at the other commit
+    f.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    assert D.replaced_step0(run).set_index("seed").identical.to_dict() == {0: True, 1: False}
     assert D.replaced_step0(tmp_path) is None
+
+
+def test_climb_cap_hits_and_commit_spans():
+    ch = D.climb_cap_hits(sorted(WORLD.glob("seed-*/hillclimb-*")))
+    assert (ch["climbs"], ch["training of"], ch["held-out of"], ch["cap"]) == (10, 10 * 100 * 64, 10 * 11 * 400, 1024)
+    assert ch["training cut"] == ch["held-out cut"] == 0 and ch["longest"] == 1004
+    pilot = D.climb_cap_hits(sorted(WORLD.glob("climb-pilot/*/seed-*/hillclimb-*")))
+    assert pilot["climbs"] == 12 and 0 < pilot["training cut"] + pilot["held-out cut"] < 0.01 * pilot["training of"]
+    spans = D.commit_spans(WORLD, [0, 1, 2, 3, 4])
+    assert all(len(c) == 1 for c in spans.values()) and set(spans) >= {"rl-panel", "eval", "bands", "hillclimb-think"}
+    assert spans["hillclimb-panel"][0].startswith("02ca956") and spans["rl-think"][0].startswith("7fd2b14")
+
+
+def test_the_power_table_holds_the_gap_between_the_climbs():
+    pw = D.power_table(WORLD, [0, 1, 2, 3, 4], 1024).set_index("comparison")
+    gap = pw.loc["think − panel hill-climb gain"]
+    # the fourth comparison of the family: its MDE (the verdicts' formula) is the chapter's 11.1 points, above 10
+    assert gap["MDE, verdicts' formula"] == pytest.approx(0.1106, abs=5e-4) and bool(gap["under-powered"])
+    assert not pw.loc[["think − panel", "hill-climb gain, panel arm", "hill-climb gain, thinking arm"], "under-powered"].any()

@@ -279,6 +279,13 @@ def _world(root: Path) -> list[Finding]:
                     + " the binomial sd of a difference of two held-out points. As recorded: "))
     endpoint = (f"the mean of the last {k_end} evaluations, declared before the run" if k_end > 1 else
                 "the last evaluation")
+    levels = json.loads((w / f"seed-{seeds[0]}" / "hillclimb-panel" / "stage.json").read_text()).get("heldout_levels") \
+        if (w / f"seed-{seeds[0]}" / "hillclimb-panel" / "stage.json").is_file() else None
+    held = (f"{climb['config']['panel']['heldout_problems']} problems of {W.level_list(levels)}" if levels else
+            f"{climb['config']['panel']['heldout_problems']} held-out problems")
+    adjusted = W.start_adjusted_gap(climb)
+    old = W.hillclimb(w / D.REPLACED, seeds) \
+        if (w / D.REPLACED).is_dir() else None
     tests_said = (f"{W.ACROSS}; {W.SIGN_FLIP}, paired over problems" if climb["paired"] else
                   f"{W.ACROSS_SAMPLES}; {W.PERMUTATION}")
     parts = []
@@ -290,7 +297,7 @@ def _world(root: Path) -> list[Finding]:
                      + (f"; {n_collapsed} of {len(seeds)} runs collapsed (included, as recorded)" if n_collapsed else ""))
     gg = fam[W.GAIN_GAP]
     out.append(Finding("world", "RL on each arm's own variance band (the study ran the panel arm only)", "miniature only",
-                       defect + stability + f"held-out gain at the endpoint ({endpoint}) over {len(seeds)} seeds "
+                       defect + stability + f"Held-out gain on {held} at the endpoint ({endpoint}) over {len(seeds)} seeds "
                        f"({tests_said}, Holm-adjusted"
                        + (f"; minimum detectable effects " + " and ".join(f"{100 * mdes[a]:.1f}" for a in W.ARMS)
                           + f" points against the {100 * target:.0f}-point target" if answerable else "") + "): "
@@ -299,6 +306,18 @@ def _world(root: Path) -> list[Finding]:
                        + gg.verdict("the thinking arm gains more", "the panel arm gains more",
                                     "no difference between the arms' gains")
                        + f" (minimum detectable effect {100 * gg.mde:.1f} points)"
+                       + (f"; that raw difference is mostly the room each arm had (they start "
+                          f"{100 * abs(climb['gains'].groupby('arm').start.mean().diff().iloc[-1]):.0f} points apart): "
+                          "with both arms given one mix of starts (descriptive), think − panel gain "
+                          f"{W.points(adjusted['mean'], adjusted['low'], adjusted['high'], 'a t interval over seeds')}"
+                          + (", no difference established" if adjusted["low"] <= 0 <= adjusted["high"] else "")
+                          if adjusted is not None else "")
+                       + (f". The climbs these replaced (learning rate {old['config']['panel']['learning_rate']:g}, "
+                          "the matched RL's) showed " + "; ".join(
+                              f"{n} arm {W.points(*old['gain'][a].interval)}, "
+                              + old["gain"][a].verdict("a gain", "a loss", "no clear change", "change").split(" — ")[0]
+                              for a, n in W.ARMS.items()) + " (descriptive): the climb result depends on the learning rate"
+                          if old is not None else "")
                        + (f" (every seed's climb starts from seed {seeds[0]}'s easy-stage adapter of its arm: conditional "
                           "on those two adapters, which start at "
                           + " and ".join(f"{100 * climb['gains'][climb['gains'].arm == a].start.mean():.1f}% ({n})"

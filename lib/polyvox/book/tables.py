@@ -68,6 +68,7 @@ KINDS: dict[str, Kind] = {
     "rate_delta": Kind(3, signed=True),
     "pct": Kind(1, unit="%"),
     "pp": Kind(1, signed=True, unit="pp"),
+    "points": Kind(1),  # an unsigned size in percentage points (an sd, a spread), the column's name says so
     "t": Kind(2),
     "p": Kind(3),
     "sci": Kind(1),

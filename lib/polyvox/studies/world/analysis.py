@@ -439,6 +439,53 @@ def hillclimb(root: str | Path, seed_list, n_boot: int = I.N_BOOT, n_perm: int =
                                if (root / f"seed-{k}" / f"hillclimb-{a}" / "SMOKE_BAND_WAS_EMPTY").exists()]}
 
 
+def start_adjusted_gap(climb: dict, level: float = LEVEL) -> dict | None:
+    """think − panel hill-climb gain with the arms' starting points made alike (descriptive, outside the family).
+
+    A gain is bounded by the room above its start, and the arms' climbs start from different accuracies, so the raw
+    difference of their gains mixes the format with the room. Each held-out problem's step-0 share (correct samples
+    of m at step 0: m + 1 strata) sets its stratum; per seed, the adjusted gap is Σ_s w_s (mean think gain in s −
+    mean panel gain in s) over the strata both arms hold in that seed, w_s the pooled share of problems (both arms,
+    every seed) in stratum s, renormalised over those strata — direct standardisation to one mix of starts. Also per
+    seed think − panel at the endpoint itself. Each is summarised across seeds by a t interval clipped to
+    [−1, 1] and a t-test over the seeds' values (both descriptive). Returns {"per_seed": seed → adjusted gap,
+    "interval", "p", "endpoint": {per_seed, interval, p}, "strata": a table per stratum and arm (problems over
+    every seed, mean gain)}; None unless the climbs are paired (:func:`hillclimb`)."""
+    if not climb.get("paired"):
+        return None
+    seeds_ = list(climb["traj"]["panel"])
+    m = int(climb["config"]["panel"]["heldout_samples"])
+    start = {a: {k: step0_shares(climb["traj"][a][k]) for k in seeds_} for a in ARMS}
+    gains = climb["per_problem"]
+    pooled = pd.concat([start[a][k] for a in ARMS for k in seeds_])
+    weight = (pooled * m).round().astype(int).value_counts(normalize=True)
+    adjusted, rows = {}, []
+    for k in seeds_:
+        by = {a: pd.DataFrame({"s": (start[a][k] * m).round().astype(int), "g": gains[a][k]}).groupby("s").g.mean()
+              for a in ARMS}
+        common = sorted(set(by["panel"].index) & set(by["think"].index))
+        w = weight.reindex(common).fillna(0.0)
+        adjusted[k] = float(((by["think"].reindex(common) - by["panel"].reindex(common)) * w).sum() / w.sum())
+    for a in ARMS:
+        frame = pd.concat([pd.DataFrame({"s": (start[a][k] * m).round().astype(int), "g": gains[a][k]}) for k in seeds_])
+        for s, g in frame.groupby("s"):
+            rows.append({"start (correct of m)": f"{s}/{m}", "arm": ARMS[a], "problems (all seeds)": len(g),
+                         "mean gain": float(g.g.mean())})
+    end = {k: float(climb["gains"].set_index(["arm", "seed"]).loc[("think", k), "end"]
+                    - climb["gains"].set_index(["arm", "seed"]).loc[("panel", k), "end"]) for k in seeds_}
+
+    def summary(values: dict) -> dict:
+        v = np.array(list(values.values()), dtype=float)
+        mean = float(v.mean())
+        half = float(stats.t.ppf((1 + level) / 2, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else float("nan")
+        return {"per_seed": values, "mean": mean, "low": max(-1.0, mean - half), "high": min(1.0, mean + half),
+                "p": I.t_test_over_seeds(v) if len(v) > 1 else float("nan")}
+
+    return {**summary(adjusted), "endpoint": summary(end),
+            "strata": pd.DataFrame(rows).pivot(index="start (correct of m)", columns="arm",
+                                               values=["problems (all seeds)", "mean gain"])}
+
+
 # ---------------------------------------------------------------- the family of tests
 
 def common_caps(root: str | Path, seed_list) -> list[int]:
@@ -570,7 +617,8 @@ def batch_breakdowns(log: pd.DataFrame, frac: float = BREAKDOWN) -> pd.DataFrame
 def climb_stability(climb: dict) -> pd.DataFrame:
     """Per arm of :func:`hillclimb`: how much the held-out accuracy moves between consecutive evaluations against
     what sampling alone would move it — the sd of the changes between consecutive evaluations (every seed, pooled;
-    sample sd), the largest change, the evaluations' spacing in steps, the arm's mean held-out accuracy p, the
+    sample sd) and of those after each run's first change (the rise from step 0 is the climb's trend: an sd over it
+    measures the rise, not an oscillation), the largest change, the evaluations' spacing in steps, the arm's mean held-out accuracy p, the
     binomial sd of a difference of two points at p (:func:`point_difference_se`) and their ratio; the range over
     seeds of the within-run sd of the evaluations after step 0; and the climbs with a transient breakdown in their
     training batches (:func:`batch_breakdowns`), with the deepest one."""
@@ -578,6 +626,8 @@ def climb_stability(climb: dict) -> pd.DataFrame:
     n = climb["heldout_n"]
     for a, runs in climb["traj"].items():
         changes = np.concatenate([np.diff(t.heldout_mean.to_numpy(dtype=float)) for t in runs.values()])
+        # without each run's first change: the rise from step 0 is the climb's trend, not an oscillation
+        later = np.concatenate([np.diff(t.heldout_mean.to_numpy(dtype=float))[1:] for t in runs.values()])
         spacing = sorted({int(x) for t in runs.values() for x in np.diff(t.step.to_numpy())})
         p = float(np.mean([t.heldout_mean.mean() for t in runs.values()]))
         within = [float(t.heldout_mean.iloc[1:].std(ddof=1)) for t in runs.values() if len(t) > 2]
@@ -590,6 +640,9 @@ def climb_stability(climb: dict) -> pd.DataFrame:
         rows.append({"arm": a, "evaluations": len(next(iter(runs.values()))), "every (steps)": spacing[0] if spacing else None,
                      "sd of consecutive changes": sd, "largest change": float(np.abs(changes).max()) if len(changes) else float("nan"),
                      "p": p, "binomial sd of a difference": binom, "ratio": sd / binom if binom > 0 else float("nan"),
+                     "sd after the first change": float(later.std(ddof=1)) if len(later) > 1 else float("nan"),
+                     "ratio after the first change": (float(later.std(ddof=1)) / binom
+                                                      if len(later) > 1 and binom > 0 else float("nan")),
                      "within-run sd, lowest": min(within) if within else float("nan"),
                      "within-run sd, highest": max(within) if within else float("nan"),
                      "climbs with a breakdown": len(broke), "climbs": len(runs),

@@ -1,13 +1,15 @@
 """The hill-climbs' recipe and seed count from a climb pilot (issue 21, item 4: a pilot, then a power calculation).
 
-The recorded 100-step climbs at the matched RL's learning rate moved their held-out accuracy by 14–17 points (SD)
-between evaluations 20 steps apart, 4–5 times what sampling a 400-sample point explains: the policy oscillates, and
-a 10-point gain was not detectable with fewer than 24–45 seeds. The pilot runs a few climb seeds per arm for each
+The first recorded 100-step climbs, at the matched RL's learning rate (kept in data/runs/world/replaced-climbs; the
+Part IV chapter computes what they showed), swung between held-out evaluations by far more than sampling explains,
+and a 10-point gain was not detectable with the seeds run. The pilot runs a few climb seeds per arm for each
 candidate recipe (``scripts/record_h200.sh OUT world-climbs`` with a ``climb`` section, one folder per candidate;
 climb seeds of their own, never the seeds of the powered run). Per candidate and arm, from the held-out trajectories:
 
 - ``oscillation``: the SD of the change between consecutive held-out evaluations, beside ``noise``, the binomial SD of
   such a change at the trajectory's mean accuracy (√(2 p (1 − p) / (n m)), n problems × m samples);
+  ``oscillation_after_rise`` without each climb's first change (a climb that rises steeply from step 0 has a large
+  first change that is its trend, not an oscillation);
 - ``gains``: each seed's endpoint gain, the endpoint being the mean of its last ``endpoint_evals`` evaluations
   (declared in the scale before the run) minus its step-0 evaluation;
 - ``between_sd``: σ_b of those gains beyond sampling (:func:`.power.between_sd`, less the binomial variance of a
@@ -15,7 +17,7 @@ climb seeds of their own, never the seeds of the powered run). Per candidate and
   sampling seeds and so are not independent draws);
 - ``seeds_needed``: the fewest seeds (at least :data:`.power.MIN_SEEDS`) whose one-sample t-test detects a gain of
   :data:`.power.CLIMB_GAIN` with 80 % power at α = 0.05 with this held-out set (:func:`.power.power`); None above
-  ``max_seeds``.
+  ``max_seeds``; ``seeds_needed_unfloored`` the same without the issue's floor (at least 2).
 
 The rule, fixed before the pilot runs and applied by :func:`choose`: the candidate whose worse arm needs the fewest
 seeds; on a tie the larger learning rate (it moves further in the same steps). The pilot's gains are never the
@@ -70,10 +72,11 @@ def endpoint_gain(trajectory: list[tuple[int, float]], endpoint_evals: int) -> f
 
 
 def seeds_needed(p: float, between_sd: float, samples: int, problems: int, effect: float = _power.CLIMB_GAIN,
-                 max_seeds: int = 200) -> int | None:
-    """The fewest seeds (≥ MIN_SEEDS) with 80 % power for ``effect`` at this held-out size; None above ``max_seeds``."""
+                 max_seeds: int = 200, floor: int = _power.MIN_SEEDS) -> int | None:
+    """The fewest seeds (≥ ``floor``, the issue's MIN_SEEDS by default) with 80 % power for ``effect`` at this
+    held-out size; None above ``max_seeds``."""
     c = _power.climb_gain(p, between_sd, samples, effect)
-    for s in range(_power.MIN_SEEDS, max_seeds + 1):
+    for s in range(floor, max_seeds + 1):
         if _power.power(c, s, problems) >= _power.POWER:
             return s
     return None
@@ -99,6 +102,7 @@ def summarize(folder: str | Path, endpoint_evals: int, max_seeds: int = 200) -> 
         accs = [a for t in trajs for _, a in t]
         p = sum(accs) / len(accs)
         steps = [b - a for t in trajs for (_, a), (_, b) in zip(t, t[1:])]
+        later = [b - a for t in trajs for (_, a), (_, b) in zip(t[1:], t[2:])]  # without the rise from step 0
         gains = [endpoint_gain(t, endpoint_evals) for t in trajs]
         within = 2 * p * (1 - p) / (n * m)
         sd_b = _power.between_sd(gains, within)
@@ -107,9 +111,11 @@ def summarize(folder: str | Path, endpoint_evals: int, max_seeds: int = 200) -> 
         arms[arm] = {"lr": lr, "eval_every": every, "prompts": prompts, "problems": n, "samples": m,
                      "seeds": sorted(by_seed), "mean_accuracy": p,
                      "oscillation": stdev(steps) if len(steps) > 1 else float("nan"),
+                     "oscillation_after_rise": stdev(later) if len(later) > 1 else float("nan"),
                      "noise": math.sqrt(2 * p * (1 - p) / (n * m)), "endpoint_evals": endpoint_evals,
                      "gains": gains, "between_sd": sd_b, "between_sd_upper80": upper,
                      "seeds_needed": seeds_needed(p, sd_b, m, n, max_seeds=max_seeds),
+                     "seeds_needed_unfloored": seeds_needed(p, sd_b, m, n, max_seeds=max_seeds, floor=2),
                      "seeds_needed_upper80": seeds_needed(p, upper, m, n, max_seeds=max_seeds)}
     return {"folder": str(folder), "arms": arms}
 
@@ -159,9 +165,11 @@ def recomputed(pilot_dir: str | Path) -> dict | None:
     cands = [summarize(d, k) for d in sorted(pilot_dir.glob("lr-*")) if d.is_dir()]
     decision = choose(cands)
     rows = [{"learning rate": a["lr"], "arm": arm, "climb seeds": len(a["seeds"]), "mean held-out": a["mean_accuracy"],
-             "oscillation": a["oscillation"], "binomial noise": a["noise"],
+             "oscillation": a["oscillation"], "oscillation after the rise": a["oscillation_after_rise"],
+             "binomial noise": a["noise"],
              "gains": ", ".join(f"{100 * g:+.1f}" for g in a["gains"]), "σ between seeds": a["between_sd"],
              "σ, upper 80 %": a["between_sd_upper80"], "seeds needed": a["seeds_needed"],
+             "seeds needed, no floor": a["seeds_needed_unfloored"],
              "seeds needed, σ upper 80 %": a["seeds_needed_upper80"]}
             for c in cands for arm, a in c["arms"].items()]
     agree = (math.isclose(decision["lr"], design["lr"]) and decision["seeds_per_arm"] == design["seeds_per_arm"])

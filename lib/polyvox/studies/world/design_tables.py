@@ -225,7 +225,33 @@ def spread(root: str | Path, seed_list, cap: int) -> dict:
         out[f"{arm} climb gain"] = {"values": gains, "p": p, "samples": m,
                                     "between_sd": power.between_sd(gains.values(), 2 * p * (1 - p) / m)
                                     if len(gains) > 1 else None}
+    out["gain gap"] = gain_gap_spread(root, seed_list, ends)
     return out
+
+
+def gain_gap_spread(root: str | Path, seed_list, ends: int) -> dict | None:
+    """think − panel hill-climb gain as the chapter tests it when the climbs logged each problem's outcome (paired
+    over problems, the declared endpoint): each seed's mean per-problem difference of the arms' gains, the variance
+    of one problem's difference (mean over seeds), the problems per seed, p (the arms' mean step-0 accuracy) and the
+    between-seed spread beyond sampling. None for climbs without per-problem records."""
+    from .analysis import per_problem_gain
+
+    diffs, starts = {}, []
+    for k in seed_list:
+        g = {}
+        for arm in ARMS:
+            t = read_log(Path(root) / f"seed-{k}" / f"hillclimb-{arm}", "heldout_trajectory.jsonl")[0]
+            g[arm] = per_problem_gain(t, ends)
+            starts.append(float(t.heldout_mean.iloc[0]))
+        if g["panel"] is None or g["think"] is None or list(g["panel"].index) != list(g["think"].index):
+            return None
+        diffs[k] = g["think"] - g["panel"]
+    unit_var = sum(float(d.var(ddof=1)) for d in diffs.values()) / len(diffs)
+    problems = min(len(d) for d in diffs.values())
+    return {"values": {k: float(d.mean()) for k, d in diffs.items()}, "p": sum(starts) / len(starts),
+            "problems": problems, "unit_var": unit_var,
+            "between_sd": power.between_sd([float(d.mean()) for d in diffs.values()], unit_var / problems)
+            if len(diffs) > 1 else None}
 
 
 def paired_spread(evs: dict, seed_list, levels=None) -> dict:
@@ -368,6 +394,13 @@ def power_table(root: str | Path, seed_list, cap: int) -> pd.DataFrame:
         m = int(_json(root / f"seed-{seed_list[0]}" / f"hillclimb-{arm}" / "manifest.json")["config"]["heldout_samples"])
         items.append((f"hill-climb gain, {ARMS[arm]} arm", power.climb_gain(v["p"], v["between_sd"] or 0.0, samples=m),
                       v["between_sd"] or 0.0, v["p"], v["samples"] // m, m, list(v.get("values", {}).values())))
+    gap = sp.get("gain gap")
+    if gap is not None:  # the difference between the arms' climb gains, against the climbs' 10-point effect
+        m = int(_json(root / f"seed-{seed_list[0]}" / "hillclimb-panel" / "manifest.json")["config"]["heldout_samples"])
+        c = power.Comparison("think − panel hill-climb gain", power.CLIMB_GAIN, 1, gap["p"], gap["between_sd"] or 0.0,
+                             m, within=2, unit_var=gap["unit_var"])
+        items.append(("think − panel hill-climb gain", c, gap["between_sd"] or 0.0, gap["p"], gap["problems"], m,
+                      list(gap["values"].values())))
     have = len(seed_list)
     for name, c, sd, p, problems, m, values in items:
         dsg = power.design(c)
@@ -392,33 +425,74 @@ def power_table(root: str | Path, seed_list, cap: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-REPLACED_STEP0 = "replaced-climbs-step0.jsonl"  # step-0 records of climbs a later recording replaced
-STEP0_FIELDS = ("heldout_mean", "per_level", "mean_completion_tokens", "cap_hits")  # what two commits must agree on
+REPLACED = "replaced-climbs"  # climbs a later recording replaced, kept whole (seed-<k>/hillclimb-<arm>/)
+STEP0_FIELDS = ("heldout_mean", "per_level", "mean_completion_tokens", "cap_hits", "per_problem_correct")
 
 
 def replaced_step0(root: str | Path) -> pd.DataFrame | None:
-    """The cross-commit check of re-recorded climbs: each arm's and seed's step-0 held-out evaluation as the
-    replaced recording logged it (``replaced-climbs-step0.jsonl``: arm, seed, git_commit, step0) beside the one the
-    run holds now. Step 0 evaluates the same adapter (the first seed's easy-stage adapter) on the same problems
-    with the same sampling seeds, so code that samples and grades alike at both commits gives identical records:
-    ``identical`` is True when every field of :data:`STEP0_FIELDS` that both records hold is equal. None when the
-    run has no such file."""
-    f = Path(root) / REPLACED_STEP0
-    if not f.is_file():
+    """The cross-commit check of re-recorded climbs: each arm's and seed's step-0 held-out evaluation as the replaced
+    recording logged it (``replaced-climbs/seed-<k>/hillclimb-<arm>/``, kept whole) beside the one the run holds
+    now. Step 0 evaluates the same adapter (the first seed's easy-stage adapter) on the same problems with the same
+    sampling seeds, so code that samples and grades alike at both commits gives identical records: ``identical`` is
+    True when every field of :data:`STEP0_FIELDS` that both records hold is equal (``fields compared`` says how
+    many: the replaced trainer logged no per-problem counts). None when the run has no replaced climbs."""
+    old_root = Path(root) / REPLACED
+    if not old_root.is_dir():
         return None
     rows = []
-    for i, line in enumerate(f.read_text().splitlines(), 1):
-        try:
-            old = json.loads(line)
-            arm, seed, then = old["arm"], int(old["seed"]), old["step0"]
-        except (ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"{f}:{i}: not a replaced step-0 record ({e})") from None
-        folder = Path(root) / f"seed-{seed}" / f"hillclimb-{arm}"
-        now = read_log(folder, "heldout_trajectory.jsonl")[0].iloc[0]
-        shared = [k for k in STEP0_FIELDS if k in then and k in now]
-        rows.append({"arm": arm, "seed": seed, "replaced at": str(old.get("git_commit", ""))[:7],
+    for folder in sorted(old_root.glob("seed-*/hillclimb-*")):
+        arm, seed = folder.name.removeprefix("hillclimb-"), int(folder.parent.name.removeprefix("seed-"))
+        then = read_log(folder, "heldout_trajectory.jsonl")[0].iloc[0]
+        now = read_log(Path(root) / f"seed-{seed}" / f"hillclimb-{arm}", "heldout_trajectory.jsonl")[0].iloc[0]
+        shared = [k for k in STEP0_FIELDS if k in then.index and k in now.index and not _missing(then[k])
+                  and not _missing(now[k])]
+        rows.append({"arm": arm, "seed": seed, "replaced at": str(stage_record(old_root, f"hillclimb-{arm}", seed)
+                                                                      .get("git_commit", ""))[:7],
                      "now at": str(stage_record(root, f"hillclimb-{arm}", seed).get("git_commit", ""))[:7],
                      "held-out then": float(then["heldout_mean"]), "held-out now": float(now["heldout_mean"]),
                      "fields compared": len(shared),
                      "identical": bool(shared) and all(then[k] == now[k] for k in shared)})
     return pd.DataFrame(rows)
+
+
+def _missing(x) -> bool:
+    return x is None or (isinstance(x, float) and x != x)
+
+
+def climb_cap_hits(folders) -> dict:
+    """Cap hits of hill-climbs from their stage records (``stage.json`` ``cap_hits``: training completions, longest)
+    and held-out logs (``heldout_trajectory.jsonl`` ``cap_hits``): climbs, training completions cut / of, held-out
+    completions cut / of, the longest training completion and the cap."""
+    out = {"climbs": 0, "training cut": 0, "training of": 0, "held-out cut": 0, "held-out of": 0, "longest": 0,
+           "cap": None}
+    for f in folders:
+        rec = _json(Path(f) / STAGE_RECORD)
+        hits = rec.get("cap_hits") or {}
+        traj = read_log(f, "heldout_trajectory.jsonl")[0]
+        cfg = _json(Path(f) / "manifest.json")["config"]
+        out["climbs"] += 1
+        out["training of"] += int(hits.get("completions", 0))
+        out["training cut"] += int(round(hits.get("cap_hit_rate", 0.0) * hits.get("completions", 0)))
+        out["longest"] = max(out["longest"], int(hits.get("longest", 0)))
+        out["held-out cut"] += int(traj.cap_hits.sum()) if "cap_hits" in traj else 0
+        out["held-out of"] += len(traj) * int(cfg["heldout_problems"]) * int(cfg["heldout_samples"])
+        out["cap"] = int(cfg["max_completion_length"])
+    return out
+
+
+def commit_spans(root: str | Path, seed_list) -> dict[str, list[str]]:
+    """Each stage kind of the run (``rl-panel``, ``eval``, ``hillclimb-think`` …; shared stages by their folder) →
+    the code commits its records name, over every seed: a kind with one commit compares its seeds and arms within one
+    version of the code."""
+    root = Path(root)
+    out: dict[str, set] = {}
+    for k in seed_list:
+        for st in ("rl-panel", "rl-think", "hillclimb-panel", "hillclimb-think"):
+            if (root / f"seed-{k}" / st).is_dir():
+                out.setdefault(st, set()).add(stage_record(root, st, k).get("git_commit"))
+        for f in sorted((root / f"seed-{k}" / "eval").glob("cap-*/*/manifest.json")):
+            out.setdefault("eval", set()).add(_json(f).get("git_commit"))
+    for st in ("models", "pilot", "bands", "bands-redraw"):
+        if (root / st / "manifest.json").is_file():
+            out.setdefault(st, set()).add(_json(root / st / "manifest.json").get("git_commit"))
+    return {st: sorted(c for c in cs if c) for st, cs in out.items()}

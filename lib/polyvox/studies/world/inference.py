@@ -415,7 +415,9 @@ class Comparison:
         word = up if self.direction() > 0 else down
         after = " after Holm's correction" if self.in_family else ""
         n_sig, k = sum(p < ALPHA for p in self.p_seed_holm), len(self.seeds)
+        same_sign = all(np.sign(x) == self.direction() for x in self.per_seed)
         return {"across seeds": word if n_sig == k or k < 2 else
+                f"{word}, every seed with the same sign, {n_sig} of {k} significant alone{after}" if same_sign else
                 f"{word}, carried by {n_sig} of {k} seeds (the other{'s' if k - n_sig > 1 else ''} not significant alone)",
                 "every seed": f"{word} in every seed, each significant (the across-seed interval holds 0)",
                 "pooled only": f"{word} on the pooled test only — a test of these seeds' samples, conditional on the "

@@ -129,10 +129,13 @@ def _rl_config(out: Path, s: dict, seed: int, arm: str, folder: Path, rl_stages,
                          learning_rate=c["lr"], save_every=1000, seed=seed)
 
 
+RL_EASY_LEVELS, RL_HARD_LEVELS = (1, 2), (3, 4, 5)  # the matched RL's stages, as the study's GSM8K then MATH
+
+
 def _rl_stages(s: dict) -> tuple[list, list]:
     n = s["models"]["n_per_level"] // 10
-    easy = load_task("world", **problem_set(s, "rl-easy", (1, 2), n, "train"))
-    hard = load_task("world", **problem_set(s, "rl-hard", (3, 4, 5), n, "train"))
+    easy = load_task("world", **problem_set(s, "rl-easy", RL_EASY_LEVELS, n, "train"))
+    hard = load_task("world", **problem_set(s, "rl-hard", RL_HARD_LEVELS, n, "train"))
     per_level = s["rl"].get("rl_heldout_per_level", s["rl"]["heldout_per_level"])  # the climbs' is heldout_per_level
     heldout = load_task("world", **problem_set(s, "rl-heldout", (1, 2, 3, 4, 5), per_level, "test"))
     steps = s["rl"]["stage_steps"]
