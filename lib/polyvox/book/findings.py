@@ -284,6 +284,9 @@ def _world(root: Path) -> list[Finding]:
     held = (f"{climb['config']['panel']['heldout_problems']} problems of {W.level_list(levels)}" if levels else
             f"{climb['config']['panel']['heldout_problems']} held-out problems")
     adjusted = W.start_adjusted_gap(climb)
+    seq_len = W.manifest(w / "models")["settings"]["models"]["seq_len"]
+    past = W.past_position(w, seeds, small, seq_len) if levels else None
+    past = past.loc[[str(x) for x in levels if str(x) in past.index]] if past is not None else None
     old = W.hillclimb(w / D.REPLACED, seeds) \
         if (w / D.REPLACED).is_dir() else None
     tests_said = (f"{W.ACROSS}; {W.SIGN_FLIP}, paired over problems" if climb["paired"] else
@@ -306,17 +309,27 @@ def _world(root: Path) -> list[Finding]:
                        + gg.verdict("the thinking arm gains more", "the panel arm gains more",
                                     "no difference between the arms' gains")
                        + f" (minimum detectable effect {100 * gg.mde:.1f} points)"
-                       + (f"; that raw difference is mostly the room each arm had (they start "
+                       + (", under-powered against the 10-point effect" if gg.mde > target else "")
+                       + (f"; that raw difference confounds the format with the start (the arms start "
                           f"{100 * abs(climb['gains'].groupby('arm').start.mean().diff().iloc[-1]):.0f} points apart): "
                           "with both arms given one mix of starts (descriptive), think − panel gain "
                           f"{W.points(adjusted['mean'], adjusted['low'], adjusted['high'], 'a t interval over seeds')}"
-                          + (", no difference established" if adjusted["low"] <= 0 <= adjusted["high"] else "")
+                          + (f", no difference established (minimum detectable effect "
+                             f"{100 * D.verdicts_mde(adjusted['per_seed'].values()):.1f} points)"
+                             if adjusted["low"] <= 0 <= adjusted["high"] else "")
                           if adjusted is not None else "")
-                       + (f". The climbs these replaced (learning rate {old['config']['panel']['learning_rate']:g}, "
-                          "the matched RL's) showed " + "; ".join(
-                              f"{n} arm {W.points(*old['gain'][a].interval)}, "
-                              + old["gain"][a].verdict("a gain", "a loss", "no clear change", "change").split(" — ")[0]
-                              for a, n in W.ARMS.items()) + " (descriptive): the climb result depends on the learning rate"
+                       + (f". The climbs' held-out set is {W.level_list(levels)} alone, where on the test set "
+                          + " and ".join(f"{100 * r['tiny-panel']:.1f}% (panel) and {100 * r['tiny-think']:.1f}% (thinking)"
+                                         for _, r in past.iterrows())
+                          + f" of answers run past position {seq_len}, beyond tiny-base's pretraining rows"
+                          if levels and past is not None and len(past) else "")
+                       + (f". The climbs these replaced (learning rate {old['config']['panel']['learning_rate']:g}) "
+                          "showed " + "; ".join(
+                              f"{n} arm {W.points(*old['gain'][a].interval)}, per seed "
+                              + ", ".join(f"{100 * x:+.1f}" for x in old["gain"][a].per_seed) + ", "
+                              + old["gain"][a].verdict("a gain", "a loss", "no clear change", "change")
+                              for a, n in W.ARMS.items())
+                          + " (descriptive, unadjusted); the recipe above was chosen after that result was seen"
                           if old is not None else "")
                        + (f" (every seed's climb starts from seed {seeds[0]}'s easy-stage adapter of its arm: conditional "
                           "on those two adapters, which start at "
