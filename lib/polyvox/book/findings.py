@@ -315,7 +315,7 @@ def _world(root: Path) -> list[Finding]:
                           "with both arms given one mix of starts (descriptive), think − panel gain "
                           f"{W.points(adjusted['mean'], adjusted['low'], adjusted['high'], 'a t interval over seeds')}"
                           + (f", no difference established (minimum detectable effect "
-                             f"{100 * D.verdicts_mde(adjusted['per_seed'].values()):.1f} points)"
+                             + (f"{100 * adjusted['mde']:.1f} points)" if adjusted["mde"] is not None else "not estimable)")
                              if adjusted["low"] <= 0 <= adjusted["high"] else "")
                           if adjusted is not None else "")
                        + (f". The climbs' held-out set is {W.level_list(levels)} alone, where on the test set "

@@ -449,7 +449,7 @@ def start_adjusted_gap(climb: dict, level: float = LEVEL) -> dict | None:
     every seed) in stratum s, renormalised over those strata — direct standardisation to one mix of starts. Also per
     seed think − panel at the endpoint itself. Each is summarised across seeds by a t interval clipped to
     [−1, 1] and a t-test over the seeds' values (both descriptive). Returns {"per_seed": seed → adjusted gap,
-    "interval", "p", "endpoint": {per_seed, interval, p}, "strata": a table per stratum and arm (problems over
+    "mean", "low", "high", "p", "mde" (the verdicts' formula; None without spread), "endpoint": {per_seed, interval, p}, "strata": a table per stratum and arm (problems over
     every seed, mean gain)}; None unless the climbs are paired (:func:`hillclimb`)."""
     if not climb.get("paired"):
         return None
@@ -481,7 +481,9 @@ def start_adjusted_gap(climb: dict, level: float = LEVEL) -> dict | None:
         return {"per_seed": values, "mean": mean, "low": max(-1.0, mean - half), "high": min(1.0, mean + half),
                 "p": I.t_test_over_seeds(v) if len(v) > 1 else float("nan")}
 
-    return {**summary(adjusted), "endpoint": summary(end),
+    from .design_tables import verdicts_mde
+
+    return {**summary(adjusted), "mde": verdicts_mde(adjusted.values()), "endpoint": summary(end),
             "strata": pd.DataFrame(rows).pivot(index="start (correct of m)", columns="arm",
                                                values=["problems (all seeds)", "mean gain"])}
 
