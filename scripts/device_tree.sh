@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepare this checkout for device calls that run one commit's code and carry at most 64 MiB (tree + carried).
 #
-#   scripts/device_tree.sh prepare COMMIT [climbs]
+#   scripts/device_tree.sh prepare COMMIT [climbs|personas]
 #                                           .rec/ <- COMMIT's lib/, configs/ and pyproject.toml (git archive), so
 #                                           that a resumed recording runs the code its records name while the
 #                                           checkout moves on; the recordings a world call does not read leave
@@ -26,7 +26,11 @@ CLIMBS_SLIM=(data/runs/personas-h200 data/runs/collab-h200 data/runs/collab-h200
              data/runs/world/seed-1 data/runs/world/seed-2 data/runs/world/seed-3 data/runs/world/seed-4
              data/runs/world/seed-0/eval data/runs/world/seed-0/hillclimb-panel data/runs/world/seed-0/hillclimb-think
              data/runs/world/launch)
+# a personas call (record_h200.sh personas-v2) reads data/models/tiny-chat alone
+PERSONAS_SLIM=(data/runs/personas-h200 data/runs/collab-h200 data/runs/collab-h200-ordered data/models/collab-h200
+               data/runs/world data/models/tiny-base data/models/tiny-think)
 [[ ${3:-} == climbs ]] && SLIM=("${CLIMBS_SLIM[@]}")
+[[ ${3:-} == personas ]] && SLIM=("${PERSONAS_SLIM[@]}")
 mark="# device_tree.sh prepare"
 exclude=.git/info/exclude
 case "${1:-}" in
@@ -47,7 +51,7 @@ case "${1:-}" in
       'BEGIN {printf "a call carries %.1f MB (tracked %.1f, untracked %.1f, .rec %.1f, .whl %.1f) of 67.1 MB; .rec = %s\n", t/1e6, a/1e6, u/1e6, r/1e6, w/1e6, c}'
     (( total < 64 * 1024 * 1024 )) || { echo "device_tree: over 64 MiB" >&2; exit 1; } ;;
   restore)
-    git reset -q HEAD -- "${SLIM[@]}" "${CLIMBS_SLIM[@]}" 2>/dev/null || true
+    git reset -q HEAD -- "${SLIM[@]}" "${CLIMBS_SLIM[@]}" "${PERSONAS_SLIM[@]}" 2>/dev/null || true
     if grep -q "^$mark" "$exclude" 2>/dev/null; then
       awk -v m="$mark" '$0 == m {skip = 1; next} skip && /^\// {next} {skip = 0; print}' "$exclude" > "$exclude.tmp"
       mv "$exclude.tmp" "$exclude"

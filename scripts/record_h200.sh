@@ -22,6 +22,7 @@
 #                 world-climb-plan 3000; later calls watch and pack runs/world-climbs-pilot and runs/world-climbs
 #                 (records only: PACK_KEEP unset)
 #   personas -> polyvox personas run --scale h200  (recorded in data/runs/personas-h200)
+#   personas-v2 -> polyvox personas run --scale h200-v2 --parallel ${PARALLEL:-12} --mps (issue 22; see the case)
 #   collab   -> polyvox collab run --scale h200    (recorded in data/runs/collab-h200, models in data/models/collab-h200)
 # Runs are resumable: a second call continues where the first stopped (same OUTDIR).
 #
@@ -129,8 +130,18 @@ PY
     section=$(python3 -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1]))['climb']))" "$out-pilot/design.json")
     CLIMB=$section bash "$0" "$out" world-climbs "$budget"
     echo "world-climb-plan exit: $?" ;;
+  personas-v2)
+    # issue 22's run (configs/personas/h200-v2.yaml: cap, validation sweep, 5 seeds per arm, the judge model), its
+    # stages as a job graph, PARALLEL workers on the GPU under MPS; resumable (a second start continues). Calls:
+    #   here: scripts/device_tree.sh prepare HEAD personas; call 1 carries .whl and .rec as for world-v2, then
+    #   scripts/record_detached.sh start personas bash scripts/record_h200.sh runs/personas-h200-v2 personas-v2 3000;
+    #   every call: scripts/record_detached.sh watch SECONDS personas, then PACK_KEEP='*' ... pack $OUT runs/personas-h200-v2
+    # shellcheck disable=SC2086 - MPS is a word or none
+    timeout "$budget" python3 -m polyvox.cli personas run --out "$out" --scale h200-v2 \
+      --parallel "${PARALLEL:-12}" ${MPS---mps} 2>&1 | quiet | tail -40
+    echo "personas-v2 run exit: ${PIPESTATUS[0]}" ;;
   world|personas|collab)
     timeout "$budget" python3 -m polyvox.cli "$what" run --out "$out" --scale h200 2>&1 | quiet | tail -30
     echo "$what run exit: ${PIPESTATUS[0]}" ;;
-  *) echo "usage: $0 OUTDIR [benches|world|world-v2|world-v2-resume|world-climbs|world-climb-plan|personas|collab] [seconds]" >&2; exit 2 ;;
+  *) echo "usage: $0 OUTDIR [benches|world|world-v2|world-v2-resume|world-climbs|world-climb-plan|personas|personas-v2|collab] [seconds]" >&2; exit 2 ;;
 esac
