@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 
+from polyvox import runs
 from polyvox.studies.personas import router as R
 from polyvox.studies.personas import world as pw
 
@@ -148,6 +149,21 @@ def test_pipeline_smoke_end_to_end_and_resume(tmp_path, root, capsys):
             head = record["heads"][pole]
             assert head["loss_first"] == log[0]["loss"] and head["style_rate"] == log[-1]["validation_style"]
             assert head["trained"] == pw.head_trained([r["loss"] for r in log], head["style_rate"])
+    # issue 22, item 3: each pair's recipe tuned on validation; a two-pole system answers with the tuned mix
+    from polyvox.studies.personas import mixes
+
+    for arm in ("forward", "reverse"):
+        tuning = json.loads((out / "mixes" / f"{arm}-s0" / "tuning.json").read_text())
+        for pair, r in tuning["pairs"].items():
+            asked = [c["rate_both"] for c in r["candidates"]]
+            assert (r["chosen"], r["reached"]) == mixes.choose(asked, r["target"])
+            assert r["candidates"][r["chosen"]]["weights"] == r["weights"]
+            assert json.loads((out / "mixes" / f"{arm}-s0" / f"mix_{pair}" / "mix.json").read_text())["weights"] == r["weights"]
+            assert (out / "gen" / f"{arm}-s0-tuned-{pair}" / "manifest.json").is_file()
+    two = [r for r in rows if r["router_pick"] in pipeline.PAIRS]
+    tuned_texts = {pair: {x.problem_id: x.completion for x in runs.load(out / "gen" / f"forward-s0-tuned-{pair}").samples}
+                   for pair in pipeline.PAIRS}
+    assert all(r["responses"]["router_head"] == tuned_texts[r["router_pick"]][r["prompt_id"]] for r in two)
     tallies = json.loads((out / "judge" / "tallies.json").read_text())
     assert len(tallies) == len(pipeline.comparisons(pipeline.load_scale("smoke"), out / "systems"))
     n_verdicts = len((out / "judge" / "verdicts.jsonl").read_text().splitlines())

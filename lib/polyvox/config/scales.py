@@ -256,6 +256,21 @@ class PersonasJudgeModel(Strict):
     device: Literal["cpu", "cuda"] = None  # type: ignore[assignment] - default: the preset's
 
 
+class PersonasMixes(Strict):
+    """``mixes`` (optional; issue 22, item 3): each pair's mixing recipe tuned on validation
+    (:mod:`polyvox.studies.personas.mixes`): the grid's weights on a pair's poles (``pole``) and, negated, on their
+    opposites (``opposite``), and how far below persona prompting's rate a mix may stay (``margin``)."""
+
+    pole: Annotated[list[Annotated[float, Field(gt=0, le=8)]], Field(min_length=1, description="a non-empty list of weights in (0, 8]")]
+    opposite: Annotated[list[Annotated[float, Field(ge=0, le=8)]], Field(min_length=1, description="a non-empty list of weights in [0, 8]")]
+    margin: Prob
+
+    @field_validator("pole", "opposite")
+    @classmethod
+    def distinct(cls, v):
+        return _unique(v)
+
+
 class PersonasScale(Strict):
     """configs/personas/<scale>.yaml and a run folder's scale.yaml (read by polyvox.studies.personas.pipeline)."""
 
@@ -268,6 +283,7 @@ class PersonasScale(Strict):
     generate: PersonasGenerate
     judge: PersonasJudge
     judge_model: PersonasJudgeModel = None  # type: ignore[assignment] - absent: the rubric (or judge's) verdicts only
+    mixes: PersonasMixes = None  # type: ignore[assignment] - absent: the study's recipes (steps.RECIPES) alone
 
 
 # ---------------------------------------------------------------- scales: collaboration (Part III)

@@ -164,6 +164,6 @@ def add_commands(subparsers) -> None:
     p.add_argument("--scale", default="smoke", help="configs/personas/<scale>.yaml or a YAML path")
     p.add_argument("--out", required=True)
     p.add_argument("--stages", type=config.names(_stages, "stage"),
-                   help="comma-separated subset of router,cap,sweep,heads,generate,systems,judge")
+                   help="comma-separated subset of router,cap,sweep,heads,mixes,generate,systems,judge-model,judge")
     launch.add_arguments(p)
     p.set_defaults(func=_cmd_personas_run)

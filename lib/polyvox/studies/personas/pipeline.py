@@ -1,6 +1,6 @@
-"""Part II in miniature, stage by stage: router → cap → sweep → heads (forward and reverse, seeds) → generate →
-systems → judge-model → judge (cap and sweep only for a scale whose ``distill`` names them, judge-model only for
-one with a ``judge_model`` section: issue 22).
+"""Part II in miniature, stage by stage: router → cap → sweep → heads (forward and reverse, seeds) → mixes →
+generate → systems → judge-model → judge (cap and sweep only for a scale whose ``distill`` names them, mixes only
+for one with a ``mixes`` section, judge-model only for one with a ``judge_model`` section: issue 22).
 
 ``polyvox personas run --scale SCALE --out DIR`` runs every stage in order, a
 :class:`polyvox.stages.Pipeline` (validate first; one writer per folder and per manifest; a stage
@@ -29,6 +29,10 @@ and the chapters. The stages' work is in :mod:`.steps`, :mod:`.sweep` and :mod:`
   retrained whole. Each head's ``train_log.jsonl`` holds every step's loss and gradient norms; the
   stage's record, per head, the loss's first and last value, the median gradient norms, the
   validation style rate and issue 22's trained rule (:func:`.steps.head_record`).
+- ``mixes/<arm>-s<seed>/`` (:mod:`.mixes`): each pair's mixing recipe tuned on validation users' prompts
+  until the mix shows both its styles at persona prompting's rate minus a margin (``tuning.json``: every
+  candidate asked) and the chosen mixes ``mix_<pair>/``; generation answers with them as units
+  ``<arm>-s<seed>-tuned-<pair>`` beside the study recipes', and a system's two-pole head is the tuned mix.
 - ``gen/<unit>/``: greedy answers to the test prompts through the one run path
   (:func:`polyvox.runs.sample`, task ``personas``), one unit per adapter or card: ``base``,
   ``card-<type>`` (persona prompting), ``<arm>-s<seed>-<head or mix>``. Every system is an
@@ -54,6 +58,7 @@ import yaml
 
 from ... import judge, launch, stages
 from ...records import KIND_JUDGE, read_manifest
+from . import mixes
 from . import router as R  # noqa: F401 - the chapters read R.chat_prompt through this module
 from .judging import (BY, MODEL_VERDICTS, comparisons, judge_model_folder, judge_settings, make_judge,  # noqa: F401
                       modelled_refusal, rubric_judge, stage_judge, stage_judge_by_model, stage_judge_model)
@@ -61,16 +66,17 @@ from .steps import (PAIRS, RECIPES, REMEDY, SYSTEMS, _prompts, check_recipe, gri
                     stage_generate, stage_heads, stage_router, stage_systems, units)
 from .sweep import cap_refusal, check_picked, point_folder, stage_cap, stage_chosen, stage_point
 
-STAGES = ("router", "cap", "sweep", "heads", "generate", "systems", "judge-model", "judge")
+STAGES = ("router", "cap", "sweep", "heads", "mixes", "generate", "systems", "judge-model", "judge")
 RUN_ONLY = ("generate.threads",)  # scale keys that change no output: a rerun may change them
-# what a rerun of a folder may change besides: judge_model, whose every setting has its own folder (judge-model/…)
-ROOT_IGNORE = (*RUN_ONLY, "judge_model")
+# what a rerun of a folder may change besides: judge_model, whose every setting has its own folder (judge-model/…),
+# and mixes, whose settings are the mixes stages' own (the stages that read them run again when they change)
+ROOT_IGNORE = (*RUN_ONLY, "judge_model", "mixes")
 
 
 def load_scale(scale: str | Path) -> dict:
     """configs/personas/<scale>.yaml, or a YAML path (a run folder's scale.yaml keeps its name)."""
     return stages.load_scale("personas", scale, {"model", "world", "router", "distill", "arms", "generate", "judge"},
-                             {"judge_model"})
+                             {"judge_model", "mixes"})
 
 
 def _recognise(out: Path) -> bool:
@@ -118,6 +124,13 @@ def _stages(out: Path, s: dict) -> list[stages.Stage]:
     generate = {k: v for k, v in s["generate"].items() if f"generate.{k}" not in RUN_ONLY}
     before, heads_read = _issue22_stages(out, s)
     judge_model = _judge_model_stages(out, s)  # [] or [the judge model, its verdicts]
+    tuned = [] if not mixes.tuned(s) else [
+        stages.Stage("mixes", mixes.folder(out, arm, seed),
+                     settings(s, "model", "world", "mixes", arm=arm, seed=seed,
+                              validation_prompts=s["distill"]["validation_prompts"],
+                              max_tokens=s["generate"]["max_tokens"]),
+                     lambda arm=arm, seed=seed: mixes.stage_mixes(out, s, arm, seed), (folder,))
+        for arm, seed, folder in heads]
 
     def generated() -> bool:  # a run recorded before gen/ had a record: every unit's run complete
         return all(read_manifest(out / "gen" / u).get("status") == "complete" for u in units(out, s))
@@ -128,8 +141,10 @@ def _stages(out: Path, s: dict) -> list[stages.Stage]:
             *[stages.Stage("heads", folder, settings(s, "model", "world", "distill", arm=arm, seed=seed, **_issue22(s)),
                            lambda arm=arm, seed=seed: stage_heads(out, s, arm, seed), heads_read)
               for arm, seed, folder in heads],
+            *tuned,
             stages.Stage("generate", out / "gen", settings(s, "model", "world", "arms", generate=generate),
-                         lambda: stage_generate(out, s), tuple(f for _a, _s, f in heads), legacy_done=generated),
+                         lambda: stage_generate(out, s), (*(f for _a, _s, f in heads), *(st.folder for st in tuned)),
+                         legacy_done=generated),
             stages.Stage("systems", out / "systems", settings(s, "world", "arms"), lambda: stage_systems(out, s),
                          (out / "router", out / "gen")),
             *judge_model[:1],

@@ -291,6 +291,9 @@ def units(out: Path, s: dict) -> dict[str, tuple[str | None, str | None]]:
                 u[f"{arm}-s{seed}-{pole}"] = (str(folder / pole / "adapter"), None)
             for pair in PAIRS:
                 u[f"{arm}-s{seed}-{pair}"] = (str(folder / f"mix_{pair}"), None)
+            if s.get("mixes") is not None:  # issue 22: the recipes tuned on validation (.mixes), beside the study's
+                for pair in PAIRS:
+                    u[f"{arm}-s{seed}-tuned-{pair}"] = (str(out / "mixes" / f"{arm}-s{seed}" / f"mix_{pair}"), None)
     return u
 
 
@@ -324,8 +327,12 @@ def systems_rows(out: Path, s: dict, arm: str, seed: int) -> list[dict]:
             cache[unit] = _unit_texts(out, unit)
         return cache[unit][pid]
 
+    tuned = s.get("mixes") is not None  # a two-pole head is the mix tuned on validation (.mixes)
+
     def head_unit(poles):
         t = pw.type_of(poles)
+        if tuned and t in PAIRS:
+            return f"{prefix}-tuned-{t}"
         return f"{prefix}-{t}" if t else "base"
 
     def card_unit(poles):

@@ -1,0 +1,198 @@
+"""Mixing recipes tuned on validation (issue 22, item 3): stage ``mixes`` of a scale with a ``mixes`` section.
+
+The study mixes two persona heads by fixed weights on (warm, impersonal, concise, thorough) —
+:data:`.steps.RECIPES`, fixed on validation for the study's own heads. Heads trained here are other
+heads, and with the study's weights a mix may show neither of its styles (the recorded run's
+impersonal+concise mixes showed both on 1-3 % of answers; persona prompting on ~100 %). So, per arm and
+seed, each pair's recipe is tuned on the validation users' prompts — never the test users':
+
+1. the candidates, in a declared order: the study's recipe first, then every point of the grid
+   ``pole × pole × opposite × opposite`` — weight ``w_a`` on the pair's first pole, ``w_b`` on its second,
+   ``-o_a`` on the first pole's opposite and ``-o_b`` on the second's — ordered by their total absolute
+   weight (the smallest change first), then by the grid's own order;
+2. each candidate mixed exactly (:func:`polyvox.adapters.mix`, rank concatenation) and asked the first
+   ``distill.validation_prompts`` validation prompts greedily at the scale's cap, as the heads were selected;
+   its rate is the share of replies that show *both* poles (:func:`.world.shows_pole`, the detectors behind
+   the trained-head rule);
+3. the target: persona prompting's rate on the same prompts (the base model with the pair's cards) minus
+   ``margin`` (issue 22: 10 points);
+4. the rule: the first candidate in that order whose rate reaches the target; when none does, the one with
+   the highest rate (the earliest of equals), recorded as not reached — the chapter says which mixes miss.
+
+The stage writes ``mixes/<arm>-s<seed>/mix_<pair>/`` (the chosen mix, saved as
+:func:`polyvox.adapters.save_mix` saves one) and ``tuning.json`` (every candidate's weights and rates, the
+persona-prompting rates, the target, the choice and whether it reached the target). Generation then answers the test
+prompts with both the study's recipe (unit ``<arm>-s<seed>-<pair>``) and the tuned one
+(``<arm>-s<seed>-tuned-<pair>``); a system that needs a two-pole head uses the tuned mix.
+Departure from the textbook: there is none to follow — PEFT's mixing is linear in ΔW, and whether a linear
+mix of two style heads shows both styles is measured, not assumed.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+from ... import adapters, runs
+from ...backends import SamplingParams
+from . import world as pw
+
+OPPOSITE = {"warm": "impersonal", "impersonal": "warm", "concise": "thorough", "thorough": "concise"}
+TUNED = "tuned"  # the tuned mixes' generation units: <arm>-s<seed>-tuned-<pair>
+
+
+def tuned(s: dict) -> bool:
+    """Whether the scale tunes its mixing recipes (a ``mixes`` section)."""
+    return s.get("mixes") is not None
+
+
+def folder(out: Path, arm: str, seed: int) -> Path:
+    return Path(out) / "mixes" / f"{arm}-s{seed}"
+
+
+def candidates(pair: str, m: dict) -> list[dict[str, float]]:
+    """The pair's candidate recipes in the rule's order (see the module docstring): weights by pole."""
+    from .steps import RECIPES
+
+    a, b = pair.split("+")
+    study = dict(zip(pw.POLES, RECIPES[pair]))
+    grid = []
+    for wa, wb, oa, ob in itertools.product(m["pole"], m["pole"], m["opposite"], m["opposite"]):
+        w = {a: float(wa), b: float(wb), OPPOSITE[a]: -float(oa), OPPOSITE[b]: -float(ob)}
+        grid.append({p: w[p] for p in pw.POLES})
+    order = sorted(range(len(grid)), key=lambda i: (sum(abs(v) for v in grid[i].values()), i))
+    out, seen = [study], {tuple(study.values())}
+    for i in order:
+        key = tuple(grid[i].values())
+        if key not in seen:
+            seen.add(key)
+            out.append(grid[i])
+    return out
+
+
+def both_rate(pair: str, texts, n_steps) -> dict[str, float]:
+    """Shares of replies that show the pair's first pole, its second, and both."""
+    a, b = pair.split("+")
+    shows = [(pw.shows_pole(a, t, n), pw.shows_pole(b, t, n)) for t, n in zip(texts, n_steps, strict=True)]
+    n = len(shows)
+    return {"a": sum(x for x, _ in shows) / n, "b": sum(y for _, y in shows) / n, "both": sum(x and y for x, y in shows) / n}
+
+
+def choose(rates: list[float], target: float) -> tuple[int, bool]:
+    """The rule: (index of the first rate reaching ``target``, True), else (index of the highest, False)."""
+    for i, r in enumerate(rates):
+        if r >= target:
+            return i, True
+    best = max(rates)
+    return rates.index(best), False
+
+
+def _texts(backend, val, max_tokens: int) -> list[str]:
+    return [x.completion for x in runs.sample_texts(backend, "plain", val, SamplingParams(max_tokens, 0.0))]
+
+
+def card_rates(s: dict, model, tok, val, n_steps) -> dict[str, dict[str, float]]:
+    """Persona prompting's rates on the validation prompts: the base model with each pair's cards."""
+    from .steps import PAIRS, ChatBackend, TrainingModel
+
+    max_tokens = s["generate"]["max_tokens"]
+    with model.disable_adapter():
+        return {pair: both_rate(pair, _texts(ChatBackend(TrainingModel(model, tok), pw.card_for(pair)), val, max_tokens),
+                                n_steps) for pair in PAIRS}
+
+
+def stage_mixes(out: Path, s: dict, arm: str, seed: int) -> dict:
+    """Tune, choose and save each pair's mix of one arm and seed's heads (the module docstring's rule)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ...records import read_json
+    from .steps import PAIRS, ChatBackend, TrainingModel, _model, _prompts
+
+    m = s["mixes"]
+    heads = Path(out) / "heads" / f"{arm}-s{seed}"
+    missing = [p for p in pw.POLES if not (heads / p / "adapter" / "adapter_model.safetensors").is_file()]
+    if missing or read_json(heads / "manifest.json").get("status") != "complete":
+        raise ValueError(f"{heads}: the heads stage is not complete (missing adapters: {', '.join(missing) or 'none'})")
+    model_path = _model(s)
+    tok = AutoTokenizer.from_pretrained(model_path)
+    base = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, use_safetensors=True)
+    model = adapters.load_adapters(base, {p: heads / p / "adapter" for p in pw.POLES})
+    model.eval()
+    val = _prompts(s, "validation")[: s["distill"]["validation_prompts"]]
+    n_steps = [len(p.problem.steps) for p in val]
+    max_tokens = s["generate"]["max_tokens"]
+    cards = card_rates(s, model, tok, val, n_steps)
+    dest = folder(out, arm, seed)
+    record = {"arm": arm, "seed": seed, "validation_prompts": len(val), "margin": m["margin"], "pairs": {}}
+    k = 0
+    for pair in PAIRS:
+        target = cards[pair]["both"] - m["margin"]
+        tried = []
+        for w in candidates(pair, m):
+            k += 1
+            adapters.mix(model, w, f"candidate-{k}")
+            rate = both_rate(pair, _texts(ChatBackend(TrainingModel(model, tok)), val, max_tokens), n_steps)
+            model.delete_adapter(f"candidate-{k}")
+            tried.append({"weights": w, **{f"rate_{x}": round(v, 6) for x, v in rate.items()}})
+            if rate["both"] >= target:
+                break  # the rule takes the first candidate that reaches the target: the rest are not asked
+        i, reached = choose([t["rate_both"] for t in tried], round(target, 6))
+        adapters.save_mix(model_path, {p: heads / p / "adapter" for p in pw.POLES}, tried[i]["weights"],
+                          dest / f"mix_{pair}")
+        record["pairs"][pair] = {"persona_prompting": {x: round(v, 6) for x, v in cards[pair].items()},
+                                 "target": round(target, 6), "chosen": i, "reached": reached,
+                                 "study_recipe_rate": tried[0]["rate_both"], "weights": tried[i]["weights"],
+                                 "rate_both": tried[i]["rate_both"], "candidates": tried}
+    tmp = dest / "tuning.json.tmp"
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    tmp.replace(dest / "tuning.json")
+    return {p: {k2: v for k2, v in r.items() if k2 != "candidates"} for p, r in record["pairs"].items()}
+
+
+def tuning_table(run: str | Path, arms, seeds):
+    """Per arm, seed and pair: persona prompting's validation rate, the target, the study recipe's rate, the
+    chosen recipe's rate and weights, how many candidates were asked, and whether the target was reached."""
+    import pandas as pd
+
+    rows = []
+    for arm in arms:
+        for seed in seeds:
+            rec = json.loads((folder(run, arm, seed) / "tuning.json").read_text())
+            for pair, r in rec["pairs"].items():
+                rows.append({"arm": arm, "seed": seed, "pair": pair,
+                             "persona prompting": r["persona_prompting"]["both"], "target": r["target"],
+                             "study recipe": r["study_recipe_rate"], "tuned": r["rate_both"],
+                             "weights (w, i, c, t)": ", ".join(f"{r['weights'][p] + 0.0:+g}" for p in pw.POLES),
+                             "asked": len(r["candidates"]), "reached": r["reached"]})
+    return pd.DataFrame(rows)
+
+
+def test_behaviour(run: str | Path, arms, seeds, pairs=None):
+    """On the test prompts (the generation units), each pair's share of answers that show both its styles:
+    persona prompting, the study's recipe and the tuned recipe, per arm and seed."""
+    import pandas as pd
+
+    from .steps import PAIRS, _unit_texts
+
+    run = Path(run)
+    rows = [json.loads(x) for x in (run / "systems" / f"{arms[0]}-s{seeds[0]}.jsonl").read_text().splitlines()] \
+        if (run / "systems" / f"{arms[0]}-s{seeds[0]}.jsonl").is_file() else []
+    steps = {r["prompt_id"]: r["n_steps"] for r in rows}
+
+    def rate(unit, pair):
+        t = _unit_texts(run, unit)
+        ids = sorted(t)
+        return both_rate(pair, [t[i] for i in ids], [steps.get(i) for i in ids])["both"]
+
+    out = []
+    for pair in pairs or PAIRS:
+        card = rate(f"card-{pair}", pair)
+        for arm in arms:
+            for seed in seeds:
+                study = rate(f"{arm}-s{seed}-{pair}", pair)
+                t_unit = f"{arm}-s{seed}-{TUNED}-{pair}"
+                tuned_rate = rate(t_unit, pair) if (run / "gen" / t_unit).is_dir() else None
+                out.append({"pair": pair, "arm": arm, "seed": seed, "persona prompting": card,
+                            "study recipe": study, "tuned": tuned_rate})
+    return pd.DataFrame(out)
