@@ -196,3 +196,36 @@ def test_behaviour(run: str | Path, arms, seeds, pairs=None):
                 out.append({"pair": pair, "arm": arm, "seed": seed, "persona prompting": card,
                             "study recipe": study, "tuned": tuned_rate})
     return pd.DataFrame(out)
+
+
+def tuning_line(tuning) -> str:
+    """One computed sentence: how many arm-seed mixes reached the target on validation, and which did not."""
+    if not len(tuning):
+        return "No mix was tuned."
+    missed = tuning[~tuning["reached"]]
+    line = (f"On validation, {int(tuning['reached'].sum())} of {len(tuning)} tuned mixes (pairs × arms × seeds) show "
+            f"both their styles at no less than persona prompting's rate minus the margin")
+    if len(missed):
+        by = missed.groupby(["pair", "arm"])["tuned"]
+        line += ("; short of it: " + "; ".join(
+            f"{pair} ({arm}, {len(g)} of {int((tuning['pair'] == pair).sum() / tuning['arm'].nunique())} seeds: best "
+            f"{100 * g.min():.0f}–{100 * g.max():.0f}% against a target of "
+            f"{100 * tuning[(tuning['pair'] == pair) & (tuning['arm'] == arm)]['target'].min():.0f}%)"
+            for (pair, arm), g in by) + " — no recipe in the grid makes those heads' linear mix show both styles")
+    return line + "."
+
+
+def behaviour_summary(beh):
+    """Per pair and arm, over seeds: persona prompting's test rate, the study recipe's and the tuned recipe's
+    (mean and range), and how many seeds' tuned mixes reach persona prompting's rate minus ``margin``."""
+    import pandas as pd
+
+    rows = []
+    for (pair, arm), g in beh.groupby(["pair", "arm"], sort=False):
+        row = {"pair": pair, "arm": arm, "persona prompting %": 100 * g["persona prompting"].iloc[0]}
+        for col in ("study recipe", "tuned"):
+            v = g[col].dropna()
+            row[f"{col} % (mean)"] = 100 * v.mean() if len(v) else None
+            row[f"{col} % (seeds)"] = f"{100 * v.min():.0f}–{100 * v.max():.0f}" if len(v) else "—"
+        rows.append(row)
+    return pd.DataFrame(rows)
