@@ -130,6 +130,13 @@ ROW = {"n": 96, "seeds": 3, "win_rate": 0.62, "p (Holm)": 0.004, "rejected": Tru
     ({"win_rate": 0.5, "p (Holm)": 1.0, "rejected": False, "MDE": float("nan")}, "unanswered", "all ties"),
     ({"seeds": 1}, "unanswered", "1 seed per arm"),
     ({"n": 0}, "unanswered", "no prompt is left"),
+    # ties leave the win rate 50 % ± d/2: 15 decisive of 96 give 7.8 points of room, less than the 10 asked
+    ({"win_rate": 0.52, "p (Holm)": 0.6, "rejected": False, "decisive": 15}, "unanswered",
+     "84% of prompts are ties, so the win rate can move at most 7.8 points from 50%; among the decisive prompts "
+     "reverse wins 62.8%"),
+    # 30 of 96 give 15.6 points of room: a null may answer, and the sentence says how much room there was
+    ({"win_rate": 0.52, "p (Holm)": 0.6, "rejected": False, "decisive": 30}, "none",
+     "at most 15.6 points from 50%; among the decisive prompts reverse wins 56.4%"),
 ])
 def test_answer_only_where_the_numbers_give_one(change, category, words):
     cat, text = V.answer({**ROW, **change})

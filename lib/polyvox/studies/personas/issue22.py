@@ -354,8 +354,9 @@ def judges(cal: dict, flip_max: float = FLIP_MAX) -> tuple[bool, list[str]]:
     return not why, why
 
 
-def model_judge_line(cal: dict, flip_max: float = FLIP_MAX) -> str:
-    """The calibration in words and whether the judge model judges (:func:`judges`), every number from ``cal``."""
+def model_judge_line(cal: dict, flip_max: float = FLIP_MAX, verdicts: bool = True) -> str:
+    """The calibration in words and whether the judge model judges (:func:`judges`), every number from ``cal``;
+    ``verdicts``: whether the run records the judge model's verdicts (else the line says they are not recorded)."""
     ok, why = judges(cal, flip_max)
     v, r = cal["verdicts"], {m: _pct(cal[m]) for m, _ in CALIBRATION_ROWS}
     head = (f"Calibrated on **{cal['pairs']} held-out pairs** of {cal['users']} {cal['split']} users ({cal['calls']} "
@@ -367,6 +368,10 @@ def model_judge_line(cal: dict, flip_max: float = FLIP_MAX) -> str:
             f"{r['longer_pick_truth']}. ")
     rule = (f"(rule: agreement with the truth above the share of true ties, and a flip rate at most "
             f"{100 * flip_max:.0f}%, both by their 95% Wilson intervals)")
+    if not verdicts:
+        return head + (f"**The judge model {'judges' if ok else 'does not judge'}** {rule}"
+                       + ("" if ok else ": " + "; ".join(why)) + ". This run does not record its verdicts on the "
+                       "page's comparisons, so nothing below is judged by it.")
     if ok:
         return head + (f"**The judge model judges** {rule}: its verdicts are shown beside the rubric's below; the "
                        "page's conclusions (section 7b) are the rubric's, and the table shows where the two judges' "

@@ -258,7 +258,9 @@ def answer(row: dict | pd.Series, effect: float = EFFECT, min_seeds: int = MIN_S
     ``unanswered`` with the reason. ``recorded``: whether "trained" comes from the run's records (issue 22's
     rule: the loss falls *and* the head shows its style on ≥ 90 % of validation prompts); a run without them
     (its heads read by a loss-only rule, which never checks that a head shows its style) is not answered.
-    The MDE is computed from the observed variance, ties included; the sentence names the non-tie prompts."""
+    The MDE is computed from the observed variance, ties included; the sentence names the non-tie prompts. A row
+    whose ties leave the win rate less room than ``effect`` (a share d of decisive prompts bounds it to 50 % ± d/2)
+    is not answered by a null: the sentence gives the room and reverse's share among the decisive prompts."""
     n, seeds = int(row["n"]), int(row["seeds"])
     if not recorded:
         return "unanswered", ("not answered: this run records no trained flags by issue 22's rule (loss falls and "
@@ -271,6 +273,17 @@ def answer(row: dict | pd.Series, effect: float = EFFECT, min_seeds: int = MIN_S
                               f"(at least {min_seeds} needed)")
     wr, p = float(row["win_rate"]), float(row["p (Holm)"])
     dec = f"{int(row['decisive'])} of {n} prompts not ties" if "decisive" in row else f"{n} prompts"
+    if "decisive" in row and int(row["decisive"]) < n and not row["rejected"]:
+        # a tie scores ½ to each side: with a share d of decisive prompts the win rate lies within 50 % ± d/2, so a
+        # null against an effect that the ties leave no room for says nothing about the heads
+        d = int(row["decisive"]) / n
+        among = 0.5 + (wr - 0.5) / d if d else float("nan")
+        room = (f"{100 * (1 - d):.0f}% of prompts are ties, so the win rate can move at most {50 * d:.1f} points "
+                f"from 50%; among the decisive prompts reverse wins {100 * among:.1f}%")
+        if d / 2 < effect:
+            return "unanswered", (f"not answered: reverse wins {100 * wr:.1f}% (Holm p = {p:.3g}; {dec}) but {room}: "
+                                  f"no test of these win rates can show a {100 * effect:.0f}-point difference")
+        dec += f"; {room}"
     if row["rejected"]:
         side = "reverse" if wr > 0.5 else "forward"
         return side, f"**{side} KL better**: reverse wins {100 * wr:.1f}% (Holm p = {p:.3g}; {dec}, {seeds} seeds)"
