@@ -58,3 +58,36 @@ def test_the_scale_section_is_checked(tmp_path, root):
         p.write_text(text.replace("mixes: {pole: [1.0], opposite: [0.0, 0.5], margin: 0.1}", f"mixes: {bad}"))
         with pytest.raises(ValueError, match=word):
             pipeline.load_scale(p)
+
+
+def _tuning(folder, arm, seed, pairs):
+    """A mixes stage's tuning.json for ``pairs`` {pair: (persona rate, [candidates' both rates])}, by the rule."""
+    import json
+
+    rec = {"arm": arm, "seed": seed, "validation_prompts": 96, "margin": 0.1, "pairs": {}}
+    for pair, (card, rates) in pairs.items():
+        target = card - 0.1
+        i, reached = M.choose(rates, target)
+        cands = [{"weights": w, "rate_a": r, "rate_b": r, "rate_both": r}
+                 for w, r in zip(M.candidates(pair, GRID), rates)]
+        rec["pairs"][pair] = {"persona_prompting": {"a": card, "b": card, "both": card}, "target": target, "chosen": i,
+                              "reached": reached, "study_recipe_rate": rates[0], "weights": cands[i]["weights"],
+                              "rate_both": rates[i], "candidates": cands}
+    d = M.folder(folder, arm, seed)
+    d.mkdir(parents=True)
+    (d / "tuning.json").write_text(json.dumps(rec))
+
+
+def test_the_tuning_table_and_its_sentence(tmp_path):
+    _tuning(tmp_path, "forward", 0, {"warm+concise": (1.0, [0.8, 0.95]), "impersonal+concise": (0.99, [0.01, 0.5, 0.75])})
+    _tuning(tmp_path, "reverse", 0, {"warm+concise": (1.0, [0.97]), "impersonal+concise": (0.99, [0.0, 0.7])})
+    t = M.tuning_table(tmp_path, ["forward", "reverse"], [0])
+    assert list(t["reached"]) == [True, False, True, False] and list(t["asked"]) == [2, 3, 1, 2]
+    assert list(t["tuned"]) == [0.95, 0.75, 0.97, 0.7] and list(t["study recipe"]) == [0.8, 0.01, 0.97, 0.0]
+    assert t.loc[0, "weights (w, i, c, t)"] == ", ".join(f"{M.candidates('warm+concise', GRID)[1][p] + 0.0:+g}"
+                                                       for p in pw.POLES)
+    assert "-0" not in t.loc[0, "weights (w, i, c, t)"].replace("-0.", "")  # no negative zero shown
+    line = M.tuning_line(t)
+    assert line.startswith("On validation, 2 of 4 tuned mixes")
+    assert "impersonal+concise (forward, 1 of 1 seeds: best 75–75% against a target of 89%)" in line
+    assert "impersonal+concise (reverse, 1 of 1 seeds: best 70–70%" in line
