@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepare this checkout for device calls that run one commit's code and carry at most 64 MiB (tree + carried).
 #
-#   scripts/device_tree.sh prepare COMMIT [climbs|personas]
+#   scripts/device_tree.sh prepare COMMIT [climbs|personas|personas-judge]
 #                                           .rec/ <- COMMIT's lib/, configs/ and pyproject.toml (git archive), so
 #                                           that a resumed recording runs the code its records name while the
 #                                           checkout moves on; the recordings a world call does not read leave
@@ -16,20 +16,25 @@ set -eu
 cd "$(git rev-parse --show-toplevel)"
 # what no device call reads (a world call reads data/models and data/runs/world/models/ alone; a collab or
 # personas call trains its own models)
-SLIM=(data/runs/personas-h200 data/runs/collab-h200 data/runs/collab-h200-ordered data/models/collab-h200
-      data/runs/world/seed-0 data/runs/world/seed-1 data/runs/world/seed-2 data/runs/world/seed-3
+SLIM=(data/runs/personas-h200 data/runs/personas-h200-v2 data/runs/collab-h200 data/runs/collab-h200-ordered
+      data/models/collab-h200 data/runs/world/seed-0 data/runs/world/seed-1 data/runs/world/seed-2 data/runs/world/seed-3
       data/runs/world/seed-4 data/runs/world/bands data/runs/world/bands-redraw data/runs/world/pilot
       data/runs/world/launch)
 # a climbs call (record_h200.sh world-climbs) reads the matched run's models, pilot, bands and seed 0's RL
 # adapters: the other recordings, and the run's other seeds, evaluations, climbs and launch logs, stay behind
-CLIMBS_SLIM=(data/runs/personas-h200 data/runs/collab-h200 data/runs/collab-h200-ordered data/models/collab-h200
+CLIMBS_SLIM=(data/runs/personas-h200 data/runs/personas-h200-v2 data/runs/collab-h200 data/runs/collab-h200-ordered data/models/collab-h200
              data/runs/world/seed-1 data/runs/world/seed-2 data/runs/world/seed-3 data/runs/world/seed-4
              data/runs/world/seed-0/eval data/runs/world/seed-0/hillclimb-panel data/runs/world/seed-0/hillclimb-think
              data/runs/world/launch)
 # a personas call (record_h200.sh personas-v2) reads data/models/tiny-chat alone
-PERSONAS_SLIM=(data/runs/personas-h200 data/runs/collab-h200 data/runs/collab-h200-ordered data/models/collab-h200
+PERSONAS_SLIM=(data/runs/personas-h200 data/runs/personas-h200-v2 data/runs/collab-h200 data/runs/collab-h200-ordered data/models/collab-h200
                data/runs/world data/models/tiny-base data/models/tiny-think)
+# a call for the judge model's verdicts on the shipped personas-h200-v2 (record_h200.sh personas-v2-judge) reads its
+# systems, rubric verdicts and judge model: its generations, heads, sweep and mixes stay behind (the run is 86 MB)
+PERSONAS_JUDGE_SLIM=("${PERSONAS_SLIM[@]}" data/runs/personas-h200-v2/gen data/runs/personas-h200-v2/heads
+                     data/runs/personas-h200-v2/sweep data/runs/personas-h200-v2/mixes data/runs/personas-h200-v2/launch)
 [[ ${3:-} == climbs ]] && SLIM=("${CLIMBS_SLIM[@]}")
+[[ ${3:-} == personas-judge ]] && SLIM=("${PERSONAS_JUDGE_SLIM[@]}")
 [[ ${3:-} == personas ]] && SLIM=("${PERSONAS_SLIM[@]}")
 mark="# device_tree.sh prepare"
 exclude=.git/info/exclude
@@ -51,7 +56,7 @@ case "${1:-}" in
       'BEGIN {printf "a call carries %.1f MB (tracked %.1f, untracked %.1f, .rec %.1f, .whl %.1f) of 67.1 MB; .rec = %s\n", t/1e6, a/1e6, u/1e6, r/1e6, w/1e6, c}'
     (( total < 64 * 1024 * 1024 )) || { echo "device_tree: over 64 MiB" >&2; exit 1; } ;;
   restore)
-    git reset -q HEAD -- "${SLIM[@]}" "${CLIMBS_SLIM[@]}" "${PERSONAS_SLIM[@]}" 2>/dev/null || true
+    git reset -q HEAD -- "${SLIM[@]}" "${CLIMBS_SLIM[@]}" "${PERSONAS_SLIM[@]}" "${PERSONAS_JUDGE_SLIM[@]}" 2>/dev/null || true
     if grep -q "^$mark" "$exclude" 2>/dev/null; then
       awk -v m="$mark" '$0 == m {skip = 1; next} skip && /^\// {next} {skip = 0; print}' "$exclude" > "$exclude.tmp"
       mv "$exclude.tmp" "$exclude"

@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+from polyvox.records import RecordError
 from conftest import serve
 
 from polyvox import judge as J
@@ -87,6 +88,26 @@ def test_both_orders_table(systems, tmp_path):
     # a second run and a swapped comparison reuse the cache: no new calls for the same texts in the same order
     assert J.plan(a, b, tmp_path / "v", judge)["to_make"] == 0
     assert J.plan(b, a, tmp_path / "v", judge)["to_make"] == 0
+
+
+def test_a_shipped_gzipped_cache_is_read_as_it_is_and_refused_to_writers(systems, tmp_path):
+    """polyvox.ship stores a large verdicts.jsonl as verdicts.jsonl.gz: tallies and outcomes read it as the plain
+    cache (the Part II chapter's shipped run); a writer is refused in one line instead of asking every call again."""
+    import gzip
+
+    a, b = f"{systems}:x", f"{systems}:y"
+    judge = Biased(first_wins={"p2"})
+    J.run(a, b, tmp_path / "v", judge)
+    plain = J.outcomes(a, b, tmp_path / "v", judge)
+    raw = (tmp_path / "v" / J.VERDICTS).read_bytes()
+    (tmp_path / "v" / f"{J.VERDICTS}.gz").write_bytes(gzip.compress(raw))
+    (tmp_path / "v" / J.VERDICTS).unlink()
+    J.check_out(tmp_path / "v")  # the folder is still a verdicts folder
+    assert J.outcomes(a, b, tmp_path / "v", judge).equals(plain)
+    assert J.plan(a, b, tmp_path / "v", judge)["to_make"] == 0
+    with pytest.raises(RecordError, match=r"verdicts.jsonl.gz.*read-only \(gunzip it"):
+        J.run(a, b, tmp_path / "v", judge)
+    assert not (tmp_path / "v" / J.VERDICTS).exists()
 
 
 def test_unparseable_is_retried_then_recorded_never_a_tie(systems, tmp_path):

@@ -20,7 +20,7 @@ CHOICES = (Choice.A, Choice.B, Choice.TIE)  # what a judge may answer
 RECORDED = tuple(Choice)  # what a verdict line's ``choice`` may hold: those, or unparseable
 # what a verdicts folder holds besides its manifest (tallies.json and stage.json: the personas pipeline's
 # judge stage, its tallies and its stage record)
-FOLDER_FILES = {VERDICTS, "manifest.json", ".lock", "tallies.json", "manifest.json.tmp", "stage.json",
+FOLDER_FILES = {VERDICTS, f"{VERDICTS}.gz", "manifest.json", ".lock", "tallies.json", "manifest.json.tmp", "stage.json",
                 "stage.json.tmp"}
 
 
@@ -183,8 +183,13 @@ def load_cache(out: str | Path, repair: bool = True) -> dict[str, dict]:
     """
     path = Path(out) / VERDICTS
     if not path.exists():
-        return {}
-    if repair:
+        if not (path.parent / f"{VERDICTS}.gz").is_file():
+            return {}
+        if repair:  # a writer would start a second, plain cache beside the shipped one and ask every call again
+            raise RecordError(path.parent / f"{VERDICTS}.gz", None, "a shipped cache, stored gzipped: read-only "
+                              f"(gunzip it to {VERDICTS} to add verdicts)")
+        # a shipped run (polyvox.ship) keeps its cache gzipped: read as it is (iter_jsonl reads the .gz)
+    elif repair:
         repair_truncated_tail(path)
     cache: dict[str, dict] = {}
     for line, obj in iter_jsonl(path, tolerate_truncated_tail=not repair):
