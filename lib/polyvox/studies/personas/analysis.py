@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from ... import judge, runs, tasks
 from ...records import read_jsonl
@@ -93,16 +94,22 @@ def _unit_records(run: Path, unit: str, cache: dict) -> dict:
     return cache[unit]
 
 
-def system_units(row: dict, arm: str, seed: int) -> dict[str, str]:
-    """The generation unit each system's answer to a systems row came from (as the pipeline assembles them)."""
+def system_units(row: dict, arm: str, seed: int, tuned: bool = False) -> dict[str, str]:
+    """The generation unit each system's answer to a systems row came from (as the pipeline assembles them:
+    :func:`.steps.systems_rows`); ``tuned``: the run's scale tunes its mixes (:mod:`.mixes`), so a two-pole head is
+    the tuned mix's unit ``<arm>-s<seed>-tuned-<pair>``."""
     prefix = f"{arm}-s{seed}"
     pick, true = row["router_pick"], row["preference"]
+
+    def head(t):
+        return f"{prefix}-tuned-{t}" if tuned and "+" in t else f"{prefix}-{t}"
+
     u = {"base": "base"}
     for p in pw.POLES:
         u[f"head_{p}"] = f"{prefix}-{p}"
-    u["router_head"] = f"{prefix}-{pick}" if pick != "none" else "base"
+    u["router_head"] = head(pick) if pick != "none" else "base"
     u["router_persona"] = f"card-{pick}" if pick != "none" else "base"
-    u["oracle_head"] = f"{prefix}-{true}"
+    u["oracle_head"] = head(true)
     u["oracle_persona"] = f"card-{true}"
     return u
 
@@ -111,12 +118,13 @@ def truncation(run: str | Path, arms, seeds) -> pd.DataFrame:
     """One row per (arm, seed, prompt, system): the unit, its finish reason and ``truncated``
     (finish_reason == "length"). Checks that the unit's text is the systems row's answer."""
     run = Path(run)
+    tuned = (yaml.safe_load((run / "scale.yaml").read_text()) or {}).get("mixes") is not None
     cache: dict = {}
     rows = []
     for arm in arms:
         for seed in seeds:
             for r in read_jsonl(run / "systems" / f"{arm}-s{seed}.jsonl"):
-                for system, unit in system_units(r, arm, seed).items():
+                for system, unit in system_units(r, arm, seed, tuned).items():
                     rec = _unit_records(run, unit, cache)[r["prompt_id"]]
                     if rec.completion != r["responses"][system]:
                         raise ValueError(f"{arm}-s{seed} {r['prompt_id']} {system}: answer is not unit {unit}'s")
