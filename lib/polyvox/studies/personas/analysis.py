@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from ... import judge, runs, tasks
+from ... import jsonl, judge, runs, tasks
 from ...records import read_jsonl
 from . import world as pw
 
@@ -139,10 +139,12 @@ def unit_cap_hits(run: str | Path) -> pd.DataFrame:
     """Per generation unit: prompts answered and how many hit the token cap."""
     run = Path(run)
     rows = []
-    for folder in sorted(p for p in (run / "gen").iterdir() if (p / runs.ROLLOUTS).exists()):
+    for folder in sorted(p for p in (run / "gen").iterdir() if jsonl.exists(p / runs.ROLLOUTS)):  # plain or shipped .gz
         recs = runs.load(folder).samples
         rows.append({"unit": folder.name, "n": len(recs),
                      "cap hits": sum(r.finish_reason == "length" for r in recs)})
+    if not rows:
+        raise ValueError(f"{run / 'gen'}: no generation unit (no {runs.ROLLOUTS} or {runs.ROLLOUTS}.gz in any folder)")
     return pd.DataFrame(rows)
 
 
