@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ... import jsonl
 from ...records import read_jsonl
 from . import world as pw
 from .judging import MODEL_VERDICTS, read_object  # judge-by-model: the judge model's verdicts beside the rubric's judge/
@@ -51,7 +52,7 @@ def form(run: str | Path, arms, seeds) -> dict[str, bool]:
     return {"cap": (run / "cap" / "cap.json").is_file(),
             "sweep": (run / "sweep" / "chosen" / "chosen.json").is_file(),
             "trained": all(p in h and "trained" in h[p] for h, _, _ in heads for p in pw.POLES),
-            "gradients": all(f.is_file() and "first_token_grad_norm" in (read_jsonl(f)[:1] or [{}])[0] for f in logs)}
+            "gradients": all(jsonl.exists(f) and "first_token_grad_norm" in (read_jsonl(f)[:1] or [{}])[0] for f in logs)}
 
 
 def missing_line(run: str | Path, has: dict[str, bool]) -> str | None:
@@ -169,13 +170,13 @@ def gradient_evidence(run: str | Path, arms, seeds) -> pd.DataFrame:
     def add(source, arm, folder):
         for p in pw.POLES:
             f = folder / p / "train_log.jsonl"
-            if f.is_file():
+            if jsonl.exists(f):  # plain or shipped gzipped
                 rows.extend({"source": source, "arm": arm, **r} for r in read_jsonl(f))
 
     for arm in arms:
         for seed in seeds:
             add("test heads", arm, run / "heads" / f"{arm}-s{seed}")
-    if (run / "sweep" / "chosen" / "sweep.jsonl").is_file():
+    if jsonl.exists(run / "sweep" / "chosen" / "sweep.jsonl"):
         rows_ = read_jsonl(run / "sweep" / "chosen" / "sweep.jsonl")
         points = {(r["arm"], r["point"]): r["temperature"] for r in rows_}
         for (arm, i), tau in sorted(points.items()):

@@ -176,8 +176,9 @@ def test_behaviour(run: str | Path, arms, seeds, pairs=None):
     from .steps import PAIRS, _unit_texts
 
     run = Path(run)
-    rows = [json.loads(x) for x in (run / "systems" / f"{arms[0]}-s{seeds[0]}.jsonl").read_text().splitlines()] \
-        if (run / "systems" / f"{arms[0]}-s{seeds[0]}.jsonl").is_file() else []
+    from ...records import read_jsonl
+
+    rows = read_jsonl(run / "systems" / f"{arms[0]}-s{seeds[0]}.jsonl")  # plain or shipped gzipped
     steps = {r["prompt_id"]: r["n_steps"] for r in rows}
 
     def rate(unit, pair):

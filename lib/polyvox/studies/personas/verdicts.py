@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from ... import jsonl
 from ...judge.tallies import SCORE
 from ...metrics import widen_interval
 from ..world.inference import holm, z_sum
@@ -312,7 +313,7 @@ def chapter_family(run, heads: pd.DataFrame, trunc: pd.DataFrame, seeds, arms, j
 
     rows, pilot = [], {}
     for system in systems:
-        if not (Path(run) / "systems" / f"reverse-s{seeds[0]}.jsonl").is_file() or "reverse" not in arms:
+        if not jsonl.exists(Path(run) / "systems" / f"reverse-s{seeds[0]}.jsonl") or "reverse" not in arms:  # or .gz
             break
         for view in VIEWS:
             frames = A.view_frames(run, heads, trunc, system, seeds, arms, judge_, view)
