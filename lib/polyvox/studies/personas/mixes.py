@@ -186,6 +186,10 @@ def test_behaviour(run: str | Path, arms, seeds, pairs=None):
         ids = sorted(t)
         return both_rate(pair, [t[i] for i in ids], [steps.get(i) for i in ids])["both"]
 
+    def cap_hits(unit):  # share of the unit's answers cut at the generation cap (a looping mix shows here)
+        samples = runs.load(run / "gen" / unit).samples
+        return sum(x.finish_reason == "length" for x in samples) / len(samples)
+
     out = []
     for pair in pairs or PAIRS:
         card = rate(f"card-{pair}", pair)
@@ -195,7 +199,8 @@ def test_behaviour(run: str | Path, arms, seeds, pairs=None):
                 t_unit = f"{arm}-s{seed}-{TUNED}-{pair}"
                 tuned_rate = rate(t_unit, pair) if (run / "gen" / t_unit).is_dir() else None
                 out.append({"pair": pair, "arm": arm, "seed": seed, "persona prompting": card,
-                            "study recipe": study, "tuned": tuned_rate})
+                            "study recipe": study, "tuned": tuned_rate,
+                            "tuned cap hits": cap_hits(t_unit) if tuned_rate is not None else None})
     return pd.DataFrame(out)
 
 
@@ -218,7 +223,7 @@ def tuning_line(tuning) -> str:
 
 def behaviour_summary(beh):
     """Per pair and arm, over seeds: persona prompting's test rate, the study recipe's and the tuned recipe's
-    (mean and range), and how many seeds' tuned mixes reach persona prompting's rate minus ``margin``."""
+    (mean and range), and the range of the tuned mixes' shares of answers cut at the cap."""
     import pandas as pd
 
     rows = []
@@ -228,5 +233,8 @@ def behaviour_summary(beh):
             v = g[col].dropna()
             row[f"{col} % (mean)"] = 100 * v.mean() if len(v) else None
             row[f"{col} % (seeds)"] = f"{100 * v.min():.0f}–{100 * v.max():.0f}" if len(v) else "—"
+        hits = g["tuned cap hits"].dropna() if "tuned cap hits" in g else []
+        row["tuned: answers at the cap % (seeds)"] = (f"{100 * min(hits):.1f}–{100 * max(hits):.1f}" if len(hits)
+                                                      else "—")
         rows.append(row)
     return pd.DataFrame(rows)

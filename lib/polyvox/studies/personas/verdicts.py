@@ -313,8 +313,13 @@ def chapter_family(run, heads: pd.DataFrame, trunc: pd.DataFrame, seeds, arms, j
 
     rows, pilot = [], {}
     for system in systems:
-        if not jsonl.exists(Path(run) / "systems" / f"reverse-s{seeds[0]}.jsonl") or "reverse" not in arms:  # or .gz
+        if "reverse" not in arms or "forward" not in arms:
             break
+        missing = [f"{a}-s{sd}.jsonl" for a in ("reverse", "forward") for sd in seeds
+                   if not jsonl.exists(Path(run) / "systems" / f"{a}-s{sd}.jsonl")]  # plain or shipped .gz
+        if missing:  # never a family silently without its forward-vs-reverse rows
+            raise ValueError(f"{Path(run) / 'systems'}: no {', '.join(missing)} (nor .gz): the forward-vs-reverse "
+                             "comparison needs both arms' systems")
         for view in VIEWS:
             frames = A.view_frames(run, heads, trunc, system, seeds, arms, judge_, view)
             if view == "raw":
