@@ -31,7 +31,9 @@ PERSONAS_SLIM=(data/runs/personas-h200 data/runs/personas-h200-v2 data/runs/coll
                data/runs/world data/models/tiny-base data/models/tiny-think)
 # a call for the judge model's verdicts on the shipped personas-h200-v2 (record_h200.sh personas-v2-judge) reads its
 # systems, rubric verdicts and judge model: its generations, heads, sweep and mixes stay behind (the run is 86 MB)
-PERSONAS_JUDGE_SLIM=("${PERSONAS_SLIM[@]}" data/runs/personas-h200-v2/gen data/runs/personas-h200-v2/heads
+PERSONAS_JUDGE_SLIM=(data/runs/personas-h200 data/runs/collab-h200 data/runs/collab-h200-ordered data/models/collab-h200
+                     data/runs/world data/models/tiny-base data/models/tiny-think
+                     data/runs/personas-h200-v2/gen data/runs/personas-h200-v2/heads
                      data/runs/personas-h200-v2/sweep data/runs/personas-h200-v2/mixes data/runs/personas-h200-v2/launch)
 [[ ${3:-} == climbs ]] && SLIM=("${CLIMBS_SLIM[@]}")
 [[ ${3:-} == personas-judge ]] && SLIM=("${PERSONAS_JUDGE_SLIM[@]}")

@@ -98,18 +98,16 @@ def system_units(row: dict, arm: str, seed: int, tuned: bool = False) -> dict[st
     """The generation unit each system's answer to a systems row came from (as the pipeline assembles them:
     :func:`.steps.systems_rows`); ``tuned``: the run's scale tunes its mixes (:mod:`.mixes`), so a two-pole head is
     the tuned mix's unit ``<arm>-s<seed>-tuned-<pair>``."""
+    from .steps import head_unit_name
+
     prefix = f"{arm}-s{seed}"
     pick, true = row["router_pick"], row["preference"]
-
-    def head(t):
-        return f"{prefix}-tuned-{t}" if tuned and "+" in t else f"{prefix}-{t}"
-
     u = {"base": "base"}
     for p in pw.POLES:
         u[f"head_{p}"] = f"{prefix}-{p}"
-    u["router_head"] = head(pick) if pick != "none" else "base"
+    u["router_head"] = head_unit_name(prefix, pick, tuned)
     u["router_persona"] = f"card-{pick}" if pick != "none" else "base"
-    u["oracle_head"] = head(true)
+    u["oracle_head"] = head_unit_name(prefix, true, tuned)
     u["oracle_persona"] = f"card-{true}"
     return u
 

@@ -279,6 +279,14 @@ class ChatBackend:
         return self.inner.generate(requests, params)
 
 
+def head_unit_name(prefix: str, ptype: str | None, tuned: bool) -> str:
+    """The generation unit that answers as the heads of ``prefix`` (``<arm>-s<seed>``) for a preference type: its
+    head, its pair's mix (the mix tuned on validation when ``tuned``: :mod:`.mixes`), or ``base`` for no pole."""
+    if not ptype or ptype == "none":
+        return "base"
+    return f"{prefix}-tuned-{ptype}" if tuned and ptype in PAIRS else f"{prefix}-{ptype}"
+
+
 def units(out: Path, s: dict) -> dict[str, tuple[str | None, str | None]]:
     """Generation units: name → (adapter folder or None, system card or None)."""
     u: dict = {"base": (None, None)}
@@ -330,10 +338,7 @@ def systems_rows(out: Path, s: dict, arm: str, seed: int) -> list[dict]:
     tuned = s.get("mixes") is not None  # a two-pole head is the mix tuned on validation (.mixes)
 
     def head_unit(poles):
-        t = pw.type_of(poles)
-        if tuned and t in PAIRS:
-            return f"{prefix}-tuned-{t}"
-        return f"{prefix}-{t}" if t else "base"
+        return head_unit_name(prefix, pw.type_of(poles), tuned)
 
     def card_unit(poles):
         t = pw.type_of(poles)
