@@ -110,6 +110,31 @@ def test_a_shipped_gzipped_cache_is_read_as_it_is_and_refused_to_writers(systems
     assert not (tmp_path / "v" / J.VERDICTS).exists()
 
 
+def test_read_only_cache_loads_are_remembered_until_the_file_changes(systems, tmp_path):
+    """A chapter tallies a hundred comparisons against one cache: read-only loads are parsed once per file state
+    and handed out read-only; a resumed run's appends (another comparison's verdicts) are seen at the next read."""
+    from polyvox.judge import records as R
+
+    a, b = f"{systems}:x", f"{systems}:y"
+    judge = Biased()
+    J.run(a, b, tmp_path / "v", judge)
+    first = R.load_cache(tmp_path / "v", repair=False)
+    assert R.load_cache(tmp_path / "v", repair=False) is first  # not parsed again
+    with pytest.raises(TypeError):
+        first["x"] = {}  # read-only: no caller can change what the next one reads
+    J.run(b, a, tmp_path / "v", Biased(first_wins={"p1", "p3"}))  # the same texts in the other order: all cached
+    J.run(a, b, tmp_path / "v", Biased(garbage={"p5"}), retry_unparseable=False)
+    c = dict(R.load_cache(tmp_path / "v", repair=False))
+    assert c == dict(first)  # nothing new was asked
+    rows = [json.loads(x) for x in systems.read_text().splitlines()]
+    rows[0]["responses"]["x"] = "a new text 0"
+    other = write_systems(tmp_path / "other.jsonl", rows)
+    J.run(f"{other}:x", f"{other}:y", tmp_path / "v", judge)  # two new calls appended
+    after = R.load_cache(tmp_path / "v", repair=False)
+    assert after is not first and len(after) == len(first) + 2
+    assert J.plan(f"{other}:x", f"{other}:y", tmp_path / "v", judge)["to_make"] == 0
+
+
 def test_unparseable_is_retried_then_recorded_never_a_tie(systems, tmp_path):
     a, b = f"{systems}:x", f"{systems}:y"
     log = []
