@@ -156,7 +156,9 @@ def test_pipeline_smoke_end_to_end_and_resume(tmp_path, root, capsys):
         tuning = json.loads((out / "mixes" / f"{arm}-s0" / "tuning.json").read_text())
         for pair, r in tuning["pairs"].items():
             asked = [c["rate_both"] for c in r["candidates"]]
-            assert (r["chosen"], r["reached"]) == mixes.choose(asked, r["target"])
+            caps = [c["rate_cap_hits"] for c in r["candidates"]]
+            assert tuning["max_cap_hits"] == 0.01 and r["cap_hits"] == caps[r["chosen"]]
+            assert (r["chosen"], r["reached"]) == mixes.choose(asked, r["target"], caps, tuning["max_cap_hits"])
             assert r["candidates"][r["chosen"]]["weights"] == r["weights"]
             assert json.loads((out / "mixes" / f"{arm}-s0" / f"mix_{pair}" / "mix.json").read_text())["weights"] == r["weights"]
             assert (out / "gen" / f"{arm}-s0-tuned-{pair}" / "manifest.json").is_file()

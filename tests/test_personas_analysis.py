@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 
 from polyvox.studies.personas import analysis as A
+from polyvox.studies.personas import world as pw
 
 RUN = Path(__file__).resolve().parents[1] / "data" / "runs" / "personas-h200"
 ARMS, SEEDS = ("forward", "reverse"), (0, 1, 2)
@@ -49,6 +50,13 @@ def test_convergence_rule_and_comparable_types():
     assert c2.loc[("reverse", "concise"), "validation gap to best arm"] == pytest.approx(1.1)  # … it is reported
     assert A.comparable_types(c, 0) == ["impersonal", "concise", "thorough", "impersonal+concise", "impersonal+thorough"]
     assert A.comparable_types(c, 0, strict=True) == ["impersonal", "concise", "thorough"]
+    # a tuned mix that missed its target in either arm leaves its type out; single poles do not depend on mixes
+    assert A.comparable_types(c, 0, reached={"impersonal+thorough"}) == ["impersonal", "concise", "thorough",
+                                                                        "impersonal+thorough"]
+    assert A.comparable_types(c, 0, reached=set()) == ["impersonal", "concise", "thorough"]
+    fwd = c[c["arm"] == "forward"]
+    assert A.comparable_types(fwd, 0, arms=("forward",), strict=True, reached={"warm+concise"}) == [
+        *pw.POLES, "warm+concise"]
 
 
 @pytest.mark.skipif(not (RUN / "gen").exists(), reason="recorded run not shipped")

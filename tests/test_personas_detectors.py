@@ -100,6 +100,41 @@ def test_the_worlds_own_answers_and_every_cut_of_them():
                     assert c["tone"] == "impersonal", cut
 
 
+# degenerate generation of the recorded mixes (shortened), and texts that repeat without looping
+LOOPS = [
+    ("CCCCCCCCCCCCCCCCCCCCCCCC", True),
+    ("CComputationomputationomputationomputationomputationomputation8888", True),
+    ("Result00000.", True),                                      # five zeros in a row
+    ("4222222222222222 question! The answer is 22. You have got this!", True),
+    ("81313131313 × 2 = 22.", True),                              # "13" five times
+    ("813131313 × 2 = 22.", False),                               # "13" four times: below the threshold
+    ("Computation: 14 - 1 = 11.111111414111 × 1 = 11. Result: 11.", True),
+    ("ab ab ab ab ab ab", True),                                  # a two-word piece
+    ("Result: 1111.", False),                                     # four ones: a number, not a loop
+    ("Result: 10000.", False),
+    ("Step 1: 3 + 3 = 6. Check: 6 - 3 = 3. Step 2: 6 + 3 = 9. Check: 9 - 3 = 6. Result: 9.", False),
+    ("Computation: 21 + 2 = 21. Step 2: 1 more apples are put in. 21 + 2 = 21. Step 2: 1 shells are taken out. "
+     "21 - 3 = 11. Check: 11 + 2 = 21. Result: 11.", False),     # repeats a phrase, not in a row
+    ("What a lovely question! Let's see. The answer is 7. You are doing great!", False),
+]
+
+
+@pytest.mark.parametrize("text, want", LOOPS)
+def test_loops_on_labelled_texts(text, want):
+    assert pw.loops(text) is want
+    if want:  # a loop shows no style, whatever its fragments read as
+        assert not any(pw.shows_pole(p, text, 2) for p in pw.POLES)
+
+
+def test_the_worlds_answers_never_loop():
+    """No answer the world writes, in any style, nor any cut of one, reads as a loop: the loop check never
+    takes a style from a well-formed answer."""
+    for p in [pp.problem for pp in pw.prompts(48, 2, 1)][:40]:
+        for t in ("",) + pw.TYPES:
+            text = pw.respond(p, pw.poles_of(t) if t else (), random.Random(1))
+            assert not pw.loops(text), text
+
+
 def test_rubric_scores_of_complete_answers_unchanged():
     for p in [pp.problem for pp in pw.prompts(24, 2, 0)][:6]:
         for t in pw.TYPES:

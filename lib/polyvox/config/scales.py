@@ -259,11 +259,13 @@ class PersonasJudgeModel(Strict):
 class PersonasMixes(Strict):
     """``mixes`` (optional; issue 22, item 3): each pair's mixing recipe tuned on validation
     (:mod:`polyvox.studies.personas.mixes`): the grid's weights on a pair's poles (``pole``) and, negated, on their
-    opposites (``opposite``), and how far below persona prompting's rate a mix may stay (``margin``)."""
+    opposites (``opposite``), how far below persona prompting's rate a mix may stay (``margin``) and the largest share
+    of its validation replies it may cut at the cap (``max_cap_hits``)."""
 
     pole: Annotated[list[Annotated[float, Field(gt=0, le=8)]], Field(min_length=1, description="a non-empty list of weights in (0, 8]")]
     opposite: Annotated[list[Annotated[float, Field(ge=0, le=8)]], Field(min_length=1, description="a non-empty list of weights in [0, 8]")]
     margin: Prob
+    max_cap_hits: Prob = None  # type: ignore[assignment] - absent: no cap-hit bound (the run recorded before 2026-12-03)
 
     @field_validator("pole", "opposite")
     @classmethod

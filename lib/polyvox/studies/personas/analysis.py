@@ -4,7 +4,7 @@
   the validation score of the selected checkpoint, from ``heads/<arm>-s<seed>/``;
 - :func:`convergence`: a stated loss-only rule marking which heads trained (validation is reported
   beside it, never used: it would select on the outcome the arms are compared by), and
-  :func:`comparable_types` (preference types whose heads trained in both arms of a seed);
+  :func:`comparable_types` (preference types whose heads trained, and whose tuned mix behaved, in both arms of a seed);
 - :func:`truncation`: per system, arm, seed and prompt, whether the answer hit the generation
   cap (``finish_reason == "length"`` in the ``gen/<unit>/rollouts.jsonl`` the system's answer came
   from);
@@ -72,15 +72,18 @@ def convergence(heads: pd.DataFrame, *, loss_drop: float) -> pd.DataFrame:
     return h
 
 
-def comparable_types(conv: pd.DataFrame, seed: int, arms=("forward", "reverse"), strict: bool = False) -> list[str]:
+def comparable_types(conv: pd.DataFrame, seed: int, arms=("forward", "reverse"), strict: bool = False,
+                     reached: set[str] | None = None) -> list[str]:
     """Preference types of ``seed`` whose heads trained in every arm. A type's heads are its poles; with
-    ``strict`` a mix (which holds all four heads at non-zero weight) needs all four heads trained."""
+    ``strict`` a mix (which holds all four heads at non-zero weight) needs all four heads trained; with
+    ``reached`` (the pairs whose tuned mix met its target in every arm: :func:`.mixes.reached_pairs`) a two-pole
+    type also needs its pair in it — a mix that does not show its styles is not that type's head."""
     ok = conv[(conv["seed"] == seed) & conv["arm"].isin(arms)].groupby("head")["trained"].all()
     out = []
     for t in pw.TYPES:
         poles = pw.poles_of(t)
         need = pw.POLES if (strict and len(poles) > 1) else poles
-        if all(ok.get(p, False) for p in need):
+        if all(ok.get(p, False) for p in need) and (reached is None or len(poles) < 2 or t in reached):
             out.append(t)
     return out
 
@@ -331,14 +334,15 @@ def head_to_head(run: str | Path, tallies: dict, seeds, judge_, n_boot: int,
 
 
 def view_keep(o: pd.DataFrame, heads: pd.DataFrame, trunc: pd.DataFrame, system: str, seed: int, arms,
-              view: str) -> pd.Series:
+              view: str, reached: set[str] | None = None) -> pd.Series:
     """Which prompts of a seed's reverse-vs-forward outcomes ``o`` a view keeps: ``raw`` — all; ``trained`` —
-    types whose heads all trained in both arms (a mix needs all four heads; ``router_head``: the router's pick
-    must be such a type); ``uncut`` — neither side hit the cap; ``cut`` — either did."""
+    types whose heads all trained in both arms (a mix needs all four heads and, with ``reached``, a tuned mix that
+    met its target in both arms; ``router_head``: the router's pick must be such a type); ``uncut`` — neither
+    side hit the cap; ``cut`` — either did."""
     if view == "raw":
         return pd.Series(True, index=o.index)
     if view == "trained":
-        ok = comparable_types(heads, seed, arms=arms, strict=True)
+        ok = comparable_types(heads, seed, arms=arms, strict=True, reached=reached)
         return o["preference" if system == "oracle_head" else "router_pick"].isin(ok)
     cut = cut_prompts(trunc, "reverse", seed, system) | cut_prompts(trunc, "forward", seed, system)
     return ~o["prompt_id"].isin(cut) if view == "uncut" else o["prompt_id"].isin(cut)
@@ -347,19 +351,23 @@ def view_keep(o: pd.DataFrame, heads: pd.DataFrame, trunc: pd.DataFrame, system:
 def view_frames(run: str | Path, heads: pd.DataFrame, trunc: pd.DataFrame, system: str, seeds, arms, judge_,
                 view: str) -> list[pd.DataFrame]:
     """Per seed, the reverse-vs-forward outcomes of ``system`` that ``view`` keeps (:func:`view_keep`)."""
+    from .mixes import reached_pairs
+
     out = []
     for sd in seeds:
         o = outcomes(run, f"systems/reverse-s{sd}.jsonl:{system}", f"systems/forward-s{sd}.jsonl:{system}", judge_)
-        out.append(o[view_keep(o, heads, trunc, system, sd, arms, view)])
+        out.append(o[view_keep(o, heads, trunc, system, sd, arms, view, reached_pairs(run, arms, sd))])
     return out
 
 
 def restricted_view(run: str | Path, heads: pd.DataFrame, trunc: pd.DataFrame, system: str, seeds, arms, judge_,
                     n_boot: int, view: str = "trained") -> pd.DataFrame:
     """Reverse against forward on a subset of prompts (:func:`view_keep`), per seed."""
+    from .mixes import reached_pairs
+
     rows = []
     for sd, o in zip(seeds, view_frames(run, heads, trunc, system, seeds, arms, judge_, view)):
-        ok = comparable_types(heads, sd, arms=arms, strict=True)
+        ok = comparable_types(heads, sd, arms=arms, strict=True, reached=reached_pairs(run, arms, sd))
         sm = summarize(o, n_boot, groups="user")
         rows.append({"system": system, "seed": sd, "types": (", ".join(ok) or "none") if view == "trained" else "all",
                      "n": sm["n"], "users": sm["clusters"], "W": sm["W"], "T": sm["T"], "L": sm["L"],

@@ -185,9 +185,14 @@ def gradient_evidence(run: str | Path, arms, seeds) -> pd.DataFrame:
     if df.empty or "first_token_grad_norm" not in df:
         return pd.DataFrame()
     g = df.groupby(["source", "arm"], sort=False)
-    return g.agg(**{"steps logged": ("step", "size"), "first-token max p (median)": ("first_token_max_p", "median"),
-                    "first-token grad norm (median)": ("first_token_grad_norm", "median"),
-                    "LoRA grad norm (median)": ("grad_norm", "median")}).reset_index()
+    out = g.agg(**{"steps logged": ("step", "size"), "first-token max p (median)": ("first_token_max_p", "median"),
+                   "first-token grad norm (median)": ("first_token_grad_norm", "median"),
+                   "LoRA grad norm (median)": ("grad_norm", "median")}).reset_index()
+    # step 1: every head starts from the base model, so the mechanism shows before training moves the student
+    first = df[df["step"] == df["step"].min()].groupby(["source", "arm"], sort=False)
+    step1 = first.agg(**{"step-1 first-token max p (median)": ("first_token_max_p", "median"),
+                         "step-1 first-token grad norm (median)": ("first_token_grad_norm", "median")}).reset_index()
+    return out.merge(step1, on=["source", "arm"], how="left")
 
 
 def gradient_line(ev: pd.DataFrame) -> str:
@@ -199,7 +204,20 @@ def gradient_line(ev: pd.DataFrame) -> str:
     if {"forward", "reverse"} <= set(t.index) and t.loc["reverse", "first-token grad norm (median)"] > 0:
         r = t.loc["forward", "first-token grad norm (median)"] / t.loc["reverse", "first-token grad norm (median)"]
         ratio = f"; forward's is {r:,.0f} × reverse's" if r >= 10 else f"; forward's is {r:.2g} × reverse's"
-    return "Test heads, medians over every logged step — " + "; ".join(parts) + ratio + "."
+    line = "Test heads, medians over every logged step — " + "; ".join(parts) + ratio + "."
+    if "step-1 first-token grad norm (median)" in ev:  # at step 1 the student is the base model in every head
+        first = []
+        for source, g in ev.groupby("source", sort=False):
+            r = g.set_index("arm")["step-1 first-token grad norm (median)"]
+            if {"forward", "reverse"} <= set(r.index) and r["reverse"] > 0:
+                first.append(f"{source}: forward {r['forward']:.2g}, reverse {r['reverse']:.2g} "
+                             f"({r['forward'] / r['reverse']:,.0f} ×)" if r["forward"] / r["reverse"] >= 10 else
+                             f"{source}: forward {r['forward']:.2g}, reverse {r['reverse']:.2g} "
+                             f"({r['forward'] / r['reverse']:.2g} ×)")
+        if first:
+            line += " At step 1, where every head's student is still the base model, the median first-token gradient " \
+                    "norm is " + "; ".join(first) + "."
+    return line
 
 
 # ---------------------------------------------------------------- the judge model (issue 22, item 4)
@@ -369,6 +387,14 @@ def model_judge_line(cal: dict, flip_max: float = FLIP_MAX, verdicts: bool = Tru
             f"{r['longer_pick_truth']}. ")
     rule = (f"(rule: agreement with the truth above the share of true ties, and a flip rate at most "
             f"{100 * flip_max:.0f}%, both by their 95% Wilson intervals)")
+    a, rb = cal["agreement_truth"]["rate"], cal["rubric_agreement_truth"]["rate"]
+    if a is not None and rb is not None:  # the rule is a floor, not a bar of quality: say how far it is from one
+        head += (f"The rule is a floor, not a bar of quality: the judge model disagrees with the ground truth on "
+                 f"{100 * (1 - a):.0f}% of these pairs, the rubric on {100 * (1 - rb):.0f}%. ")
+    if cal.get("split") == "test":
+        head += ("Its held-out pairs are test users' prompts (answered in the world's reference styles, not by the "
+                 "heads): the rule's thresholds are fixed in the code, not tuned on them, but the calibration and "
+                 "the page's comparisons share those users. ")
     if not verdicts:
         return head + (f"**The judge model {'judges' if ok else 'does not judge'}** {rule}"
                        + ("" if ok else ": " + "; ".join(why)) + ". This run does not record its verdicts on the "

@@ -13,11 +13,17 @@ seed, each pair's recipe is tuned on the validation users' prompts — never the
 2. each candidate mixed exactly (:func:`polyvox.adapters.mix`, rank concatenation) and asked the first
    ``distill.validation_prompts`` validation prompts greedily at the scale's cap, as the heads were selected;
    its rate is the share of replies that show *both* poles (:func:`.world.shows_pole`, the detectors behind
-   the trained-head rule);
+   the trained-head rule; a reply that loops shows none, :func:`.world.loops`), and its cap hits the share of
+   replies cut at the cap;
 3. the target: persona prompting's rate on the same prompts (the base model with the pair's cards) minus
-   ``margin`` (issue 22: 10 points);
-4. the rule: the first candidate in that order whose rate reaches the target; when none does, the one with
-   the highest rate (the earliest of equals), recorded as not reached — the chapter says which mixes miss.
+   ``margin`` (issue 22: 10 points), with cap hits at most ``max_cap_hits`` (issue 22: under 1 %);
+4. the rule: the first candidate in that order that meets the target; when none does, among the candidates
+   within the cap-hit bound the one with the highest rate, else the one with the fewest cap hits (the earliest
+   of equals), recorded as not reached — the chapter leaves a type whose mix misses in either arm out of the
+   comparison restricted to behaving heads, and says which mixes miss.
+
+A scale without ``max_cap_hits`` (the run recorded before 2026-12-03) applies the rule without the cap-hit bound;
+its candidates were asked before loops were read as no style, so its recorded rates count looping replies.
 
 The stage writes ``mixes/<arm>-s<seed>/mix_<pair>/`` (the chosen mix, saved as
 :func:`polyvox.adapters.save_mix` saves one) and ``tuning.json`` (every candidate's weights and rates, the
@@ -70,25 +76,48 @@ def candidates(pair: str, m: dict) -> list[dict[str, float]]:
     return out
 
 
-def both_rate(pair: str, texts, n_steps) -> dict[str, float]:
-    """Shares of replies that show the pair's first pole, its second, and both."""
+def both_rate(pair: str, texts, n_steps, cut=None) -> dict[str, float]:
+    """Shares of replies that show the pair's first pole, its second, and both; with ``cut`` (per reply, whether
+    it stopped at the cap) also ``cap``, the share cut at the cap."""
     a, b = pair.split("+")
     shows = [(pw.shows_pole(a, t, n), pw.shows_pole(b, t, n)) for t, n in zip(texts, n_steps, strict=True)]
     n = len(shows)
-    return {"a": sum(x for x, _ in shows) / n, "b": sum(y for _, y in shows) / n, "both": sum(x and y for x, y in shows) / n}
+    out = {"a": sum(x for x, _ in shows) / n, "b": sum(y for _, y in shows) / n,
+           "both": sum(x and y for x, y in shows) / n}
+    if cut is not None:
+        cut = list(cut)
+        if len(cut) != n:
+            raise ValueError(f"both_rate: {n} replies, {len(cut)} cut flags")
+        out["cap"] = sum(map(bool, cut)) / n
+    return out
 
 
-def choose(rates: list[float], target: float) -> tuple[int, bool]:
-    """The rule: (index of the first rate reaching ``target``, True), else (index of the highest, False)."""
-    for i, r in enumerate(rates):
-        if r >= target:
+def meets(rate: float, cap: float | None, target: float, max_cap: float | None) -> bool:
+    """Whether a candidate meets the rule's target: its rate at least ``target`` and, with ``max_cap``, its cap
+    hits at most ``max_cap``."""
+    return rate >= target and (max_cap is None or (cap is not None and cap <= max_cap))
+
+
+def choose(rates: list[float], target: float, caps: list[float] | None = None,
+           max_cap: float | None = None) -> tuple[int, bool]:
+    """The rule: (index of the first candidate meeting the target (:func:`meets`), True); else (index of the
+    highest rate among those within the cap bound, or without one within it of the fewest cap hits, False)."""
+    caps = [None] * len(rates) if caps is None else list(caps)
+    if len(caps) != len(rates):
+        raise ValueError(f"choose: {len(rates)} rates, {len(caps)} cap shares")
+    for i, (r, c) in enumerate(zip(rates, caps)):
+        if meets(r, c, target, max_cap):
             return i, True
-    best = max(rates)
-    return rates.index(best), False
+    within = [i for i, c in enumerate(caps) if max_cap is None or (c is not None and c <= max_cap)]
+    if within:
+        return max(within, key=lambda i: (rates[i], -i)), False
+    return min(range(len(caps)), key=lambda i: (caps[i], i)), False
 
 
-def _texts(backend, val, max_tokens: int) -> list[str]:
-    return [x.completion for x in runs.sample_texts(backend, "plain", val, SamplingParams(max_tokens, 0.0))]
+def _replies(backend, val, max_tokens: int) -> tuple[list[str], list[bool]]:
+    """Greedy replies to ``val`` at the cap, and whether each was cut there."""
+    got = runs.sample_texts(backend, "plain", val, SamplingParams(max_tokens, 0.0))
+    return [x.completion for x in got], [x.finish_reason == "length" for x in got]
 
 
 def card_rates(s: dict, model, tok, val, n_steps) -> dict[str, dict[str, float]]:
@@ -97,8 +126,13 @@ def card_rates(s: dict, model, tok, val, n_steps) -> dict[str, dict[str, float]]
 
     max_tokens = s["generate"]["max_tokens"]
     with model.disable_adapter():
-        return {pair: both_rate(pair, _texts(ChatBackend(TrainingModel(model, tok), pw.card_for(pair)), val, max_tokens),
-                                n_steps) for pair in PAIRS}
+        return {pair: both_rate(pair, *_with_steps(_replies(ChatBackend(TrainingModel(model, tok), pw.card_for(pair)),
+                                                            val, max_tokens), n_steps)) for pair in PAIRS}
+
+
+def _with_steps(replies, n_steps):
+    texts, cut = replies
+    return texts, n_steps, cut
 
 
 def stage_mixes(out: Path, s: dict, arm: str, seed: int) -> dict:
@@ -124,26 +158,31 @@ def stage_mixes(out: Path, s: dict, arm: str, seed: int) -> dict:
     max_tokens = s["generate"]["max_tokens"]
     cards = card_rates(s, model, tok, val, n_steps)
     dest = folder(out, arm, seed)
-    record = {"arm": arm, "seed": seed, "validation_prompts": len(val), "margin": m["margin"], "pairs": {}}
+    max_cap = m.get("max_cap_hits")
+    record = {"arm": arm, "seed": seed, "validation_prompts": len(val), "margin": m["margin"],
+              "max_cap_hits": max_cap, "loops_show_no_style": True, "pairs": {}}
     k = 0
     for pair in PAIRS:
-        target = cards[pair]["both"] - m["margin"]
+        target = round(cards[pair]["both"] - m["margin"], 6)
         tried = []
         for w in candidates(pair, m):
             k += 1
             adapters.mix(model, w, f"candidate-{k}")
-            rate = both_rate(pair, _texts(ChatBackend(TrainingModel(model, tok)), val, max_tokens), n_steps)
+            rate = both_rate(pair, *_with_steps(_replies(ChatBackend(TrainingModel(model, tok)), val, max_tokens),
+                                                n_steps))
             model.delete_adapter(f"candidate-{k}")
-            tried.append({"weights": w, **{f"rate_{x}": round(v, 6) for x, v in rate.items()}})
-            if rate["both"] >= target:
-                break  # the rule takes the first candidate that reaches the target: the rest are not asked
-        i, reached = choose([t["rate_both"] for t in tried], round(target, 6))
+            tried.append({"weights": w, **{f"rate_{'cap_hits' if x == 'cap' else x}": round(v, 6)
+                                           for x, v in rate.items()}})
+            if meets(tried[-1]["rate_both"], tried[-1]["rate_cap_hits"], target, max_cap):
+                break  # the rule takes the first candidate that meets the target: the rest are not asked
+        i, reached = choose([t["rate_both"] for t in tried], target, [t["rate_cap_hits"] for t in tried], max_cap)
         adapters.save_mix(model_path, {p: heads / p / "adapter" for p in pw.POLES}, tried[i]["weights"],
                           dest / f"mix_{pair}")
         record["pairs"][pair] = {"persona_prompting": {x: round(v, 6) for x, v in cards[pair].items()},
                                  "target": round(target, 6), "chosen": i, "reached": reached,
                                  "study_recipe_rate": tried[0]["rate_both"], "weights": tried[i]["weights"],
-                                 "rate_both": tried[i]["rate_both"], "candidates": tried}
+                                 "rate_both": tried[i]["rate_both"], "cap_hits": tried[i]["rate_cap_hits"],
+                                 "candidates": tried}
     tmp = dest / "tuning.json.tmp"
     tmp.write_text(json.dumps(record, indent=1) + "\n")
     tmp.replace(dest / "tuning.json")
@@ -164,8 +203,22 @@ def tuning_table(run: str | Path, arms, seeds):
                              "persona prompting": r["persona_prompting"]["both"], "target": r["target"],
                              "study recipe": r["study_recipe_rate"], "tuned": r["rate_both"],
                              "weights (w, i, c, t)": ", ".join(f"{r['weights'][p] + 0.0:+g}" for p in pw.POLES),
+                             "cap hits": r.get("cap_hits"),  # None: a run recorded without the cap-hit bound
                              "asked": len(r["candidates"]), "reached": r["reached"]})
     return pd.DataFrame(rows)
+
+
+def reached_pairs(run: str | Path, arms, seed: int) -> set[str] | None:
+    """The pairs whose tuned mix met the rule's target on validation in every arm of ``seed`` (their tuning.json);
+    None for a run that does not tune its mixes (no ``mixes/``)."""
+    if not (Path(run) / "mixes").is_dir():
+        return None
+    ok = None
+    for arm in arms:
+        rec = json.loads((folder(run, arm, seed) / "tuning.json").read_text())
+        got = {p for p, r in rec["pairs"].items() if r["reached"]}
+        ok = got if ok is None else ok & got
+    return ok or set()
 
 
 def test_behaviour(run: str | Path, arms, seeds, pairs=None):
@@ -209,15 +262,21 @@ def tuning_line(tuning) -> str:
     if not len(tuning):
         return "No mix was tuned."
     missed = tuning[~tuning["reached"]]
+    bound = tuning["cap hits"].notna().all() if "cap hits" in tuning else False
     line = (f"On validation, {int(tuning['reached'].sum())} of {len(tuning)} tuned mixes (pairs × arms × seeds) show "
-            f"both their styles at no less than persona prompting's rate minus the margin")
+            f"both their styles at no less than persona prompting's rate minus the margin"
+            + (" with cap hits within the bound" if bound else ""))
     if len(missed):
-        by = missed.groupby(["pair", "arm"])["tuned"]
+        def caps(g):
+            return (f", cap hits {100 * g['cap hits'].min():.0f}–{100 * g['cap hits'].max():.0f}%" if bound else "")
+
         line += ("; short of it: " + "; ".join(
-            f"{pair} ({arm}, {len(g)} of {int((tuning['pair'] == pair).sum() / tuning['arm'].nunique())} seeds: best "
-            f"{100 * g.min():.0f}–{100 * g.max():.0f}% against a target of "
+            f"{pair} ({arm}, {len(g)} of {int((tuning['pair'] == pair).sum() / tuning['arm'].nunique())} seeds: chosen "
+            f"{100 * g['tuned'].min():.0f}–{100 * g['tuned'].max():.0f}%{caps(g)} against a target of "
             f"{100 * tuning[(tuning['pair'] == pair) & (tuning['arm'] == arm)]['target'].min():.0f}%)"
-            for (pair, arm), g in by) + " — no recipe in the grid makes those heads' linear mix show both styles")
+            for (pair, arm), g in missed.groupby(["pair", "arm"]))
+            + " — no recipe in the grid makes those heads' linear mix show both styles"
+            + (" within the cap-hit bound" if bound else ""))
     return line + "."
 
 

@@ -268,7 +268,8 @@ def answer(row: dict | pd.Series, effect: float = EFFECT, min_seeds: int = MIN_S
                               "style on ≥ 90 % of validation prompts); a loss-only rule does not show that a head "
                               "shows its style")
     if n == 0:
-        return "unanswered", "not answered: no prompt is left once heads not trained in both arms are refused"
+        return "unanswered", ("not answered: no prompt is left once types whose heads did not train (or whose mix missed "
+                              "its target) in either arm are refused")
     if seeds < min_seeds:
         return "unanswered", (f"not answered: {seeds} seed{'s' if seeds != 1 else ''} per arm "
                               f"(at least {min_seeds} needed)")
@@ -431,8 +432,9 @@ def answers(fam: pd.DataFrame, recorded: bool, effect: float = EFFECT) -> dict[s
     return {r["system"]: answer(r, effect, recorded=recorded) for _, r in prim.iterrows()}
 
 
-def answer_line(ans: dict[str, tuple[str, str]]) -> str:
-    """The study's question in one computed sentence: answered only where :func:`answer` gives a category."""
+def answer_line(ans: dict[str, tuple[str, str]], mixes: bool = False) -> str:
+    """The study's question in one computed sentence: answered only where :func:`answer` gives a category
+    (``mixes``: the run tunes its mixes, and the view also leaves out types whose mix missed its target)."""
     got = {s: c for s, (c, _) in ans.items() if c != "unanswered"}
     head = ("**The miniature answers the study's question**" if got and len(got) == len(ans) else
             "**The miniature answers the study's question only in part**" if got else
@@ -440,7 +442,9 @@ def answer_line(ans: dict[str, tuple[str, str]]) -> str:
     texts = {t for _, t in ans.values()}
     body = (f"{' and '.join(ans)}: {texts.pop()}" if len(texts) == 1 and len(ans) > 1 else
             "; ".join(f"{s}: {t}" for s, (_, t) in ans.items()))
-    return head + " (forward vs reverse top-k KL, on heads trained in both arms): " + body + "."
+    where = "on types whose heads trained and whose tuned mix met its target in both arms" if mixes else \
+        "on heads trained in both arms"
+    return head + f" (forward vs reverse top-k KL, {where}): " + body + "."
 
 
 def pilot_lines(fam: pd.DataFrame) -> list[str]:

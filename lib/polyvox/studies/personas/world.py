@@ -12,7 +12,7 @@ Answers are built by program, so their style is exact:
 - impersonal: no opener, no pronouns: ``"Computation: … Result: 26."``.
 
 :func:`style_of` reads the style back from any text (:func:`shows_pole`, :func:`style_rate`: whether
-texts show a pole; :func:`head_trained`: issue 22's trained-head criterion) and :func:`rubric_score` scores a text
+texts show a pole, a looping text none (:func:`loops`); :func:`head_trained`: issue 22's trained-head criterion) and :func:`rubric_score` scores a text
 for a preference and a gold answer (the rubric judge of :mod:`polyvox.judge` calls it):
 1 for the right final integer plus, per preferred pole, a match in [0, 1] (warm: opener
 and closer, ½ each; impersonal: 1 when impersonal, ¼ when neutral, 0 when warm; concise:
@@ -158,11 +158,26 @@ def style_of(text: str, n_steps: int | None = None) -> dict:
             "checks": checks, "words": len(text.split())}
 
 
+# a loop: one piece of 1-16 characters written five or more times in a row ("CCCCC", "omputationomputation…",
+# "2222222…", "1313131313"). Neither the world's answers (every style, every cut: tests/test_personas_detectors.py)
+# nor persona prompting's or a single head's 1,792 test answers of the recorded run have one; the mixes that loop
+# to the cap do (2026-12-03: reverse impersonal+concise, up to 645 of 1,792 answers)
+_LOOP = re.compile(r"(.{1,16}?)\1{4,}", re.S)
+
+
+def loops(text: str) -> bool:
+    """Whether a text holds a loop (:data:`_LOOP`): degenerate generation, which shows no style."""
+    return _LOOP.search(text) is not None
+
+
 def shows_pole(pole: str, text: str, n_steps: int | None = None) -> bool:
     """Whether a text shows a pole's style (the trained-head check): warm and impersonal read the
-    tone, concise and thorough the length, of :func:`style_of`."""
+    tone, concise and thorough the length, of :func:`style_of`; a text that loops (:func:`loops`) shows
+    none (a looping mix's short fragments would otherwise read as concise and impersonal)."""
     if pole not in POLES:
         raise ValueError(f"unknown pole {pole!r}; poles: {', '.join(POLES)}")
+    if loops(text):
+        return False
     s = style_of(text, n_steps)
     return s["tone" if pole in AXES["tone"] else "length"] == pole
 
