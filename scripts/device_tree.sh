@@ -16,25 +16,25 @@ set -eu
 cd "$(git rev-parse --show-toplevel)"
 # what no device call reads (a world call reads data/models and data/runs/world/models/ alone; a collab or
 # personas call trains its own models)
-SLIM=(data/runs/personas-h200 data/runs/personas-h200-v2 data/runs/collab-h200 data/runs/collab-h200-ordered
+SLIM=(data/runs/personas-h200 data/runs/personas-h200-v3 data/runs/collab-h200 data/runs/collab-h200-ordered
       data/models/collab-h200 data/runs/world/seed-0 data/runs/world/seed-1 data/runs/world/seed-2 data/runs/world/seed-3
       data/runs/world/seed-4 data/runs/world/bands data/runs/world/bands-redraw data/runs/world/pilot
       data/runs/world/launch)
 # a climbs call (record_h200.sh world-climbs) reads the matched run's models, pilot, bands and seed 0's RL
 # adapters: the other recordings, and the run's other seeds, evaluations, climbs and launch logs, stay behind
-CLIMBS_SLIM=(data/runs/personas-h200 data/runs/personas-h200-v2 data/runs/collab-h200 data/runs/collab-h200-ordered data/models/collab-h200
+CLIMBS_SLIM=(data/runs/personas-h200 data/runs/personas-h200-v3 data/runs/collab-h200 data/runs/collab-h200-ordered data/models/collab-h200
              data/runs/world/seed-1 data/runs/world/seed-2 data/runs/world/seed-3 data/runs/world/seed-4
              data/runs/world/seed-0/eval data/runs/world/seed-0/hillclimb-panel data/runs/world/seed-0/hillclimb-think
              data/runs/world/launch)
 # a personas call (record_h200.sh personas-v2) reads data/models/tiny-chat alone
-PERSONAS_SLIM=(data/runs/personas-h200 data/runs/personas-h200-v2 data/runs/collab-h200 data/runs/collab-h200-ordered data/models/collab-h200
+PERSONAS_SLIM=(data/runs/personas-h200 data/runs/personas-h200-v3 data/runs/collab-h200 data/runs/collab-h200-ordered data/models/collab-h200
                data/runs/world data/models/tiny-base data/models/tiny-think)
-# a call for the judge model's verdicts on the shipped personas-h200-v2 (record_h200.sh personas-v2-judge) reads its
-# systems, rubric verdicts and judge model: its generations, heads, sweep and mixes stay behind (the run is 86 MB)
+# a call for the judge model's verdicts on the shipped personas-h200-v3 (record_h200.sh personas-v3-judge) reads its
+# systems, rubric verdicts and judge model: its generations, heads, sweep and mixes stay behind
 PERSONAS_JUDGE_SLIM=(data/runs/personas-h200 data/runs/collab-h200 data/runs/collab-h200-ordered data/models/collab-h200
                      data/runs/world data/models/tiny-base data/models/tiny-think
-                     data/runs/personas-h200-v2/gen data/runs/personas-h200-v2/heads
-                     data/runs/personas-h200-v2/sweep data/runs/personas-h200-v2/mixes data/runs/personas-h200-v2/launch)
+                     data/runs/personas-h200-v3/gen data/runs/personas-h200-v3/heads
+                     data/runs/personas-h200-v3/sweep data/runs/personas-h200-v3/mixes data/runs/personas-h200-v3/launch)
 [[ ${3:-} == climbs ]] && SLIM=("${CLIMBS_SLIM[@]}")
 [[ ${3:-} == personas-judge ]] && SLIM=("${PERSONAS_JUDGE_SLIM[@]}")
 [[ ${3:-} == personas ]] && SLIM=("${PERSONAS_SLIM[@]}")

@@ -140,15 +140,15 @@ PY
     timeout "$budget" python3 -m polyvox.cli personas run --out "$out" --scale h200-v2 \
       --parallel "${PARALLEL:-12}" ${MPS---mps} 2>&1 | quiet | tail -40
     echo "personas-v2 run exit: ${PIPESTATUS[0]}" ;;
-  personas-v2-judge)
-    # the judge model's verdicts (stage judge: judge-by-model/) on the shipped data/runs/personas-h200-v2, whose
+  personas-v3-judge)
+    # the judge model's verdicts (stage judge: judge-by-model/) on the shipped data/runs/personas-h200-v3, whose
     # systems, rubric verdicts and judge model a call carries (scripts/device_tree.sh prepare HEAD personas-judge);
-    # pack OUTDIR/judge-by-model afterwards and copy it into data/runs/personas-h200-v2
-    if [[ ! -e $out/manifest.json ]]; then mkdir -p "$(dirname "$out")" && cp -r data/runs/personas-h200-v2 "$out" || exit 1; fi
-    timeout "$budget" python3 -m polyvox.cli personas run --out "$out" --scale h200-v2 --stages judge 2>&1 | quiet | tail -30
-    echo "personas-v2-judge run exit: ${PIPESTATUS[0]}" ;;
+    # pack OUTDIR/judge-by-model afterwards and copy it into data/runs/personas-h200-v3
+    if [[ ! -e $out/manifest.json ]]; then mkdir -p "$(dirname "$out")" && cp -r data/runs/personas-h200-v3 "$out" || exit 1; fi
+    timeout "$budget" python3 -m polyvox.cli personas run --out "$out" --scale h200-v3 --stages judge 2>&1 | quiet | tail -30
+    echo "personas-v3-judge run exit: ${PIPESTATUS[0]}" ;;
   world|personas|collab)
     timeout "$budget" python3 -m polyvox.cli "$what" run --out "$out" --scale h200 2>&1 | quiet | tail -30
     echo "$what run exit: ${PIPESTATUS[0]}" ;;
-  *) echo "usage: $0 OUTDIR [benches|world|world-v2|world-v2-resume|world-climbs|world-climb-plan|personas|personas-v2|personas-v2-judge|collab] [seconds]" >&2; exit 2 ;;
+  *) echo "usage: $0 OUTDIR [benches|world|world-v2|world-v2-resume|world-climbs|world-climb-plan|personas|personas-v2|personas-v3-judge|collab] [seconds]" >&2; exit 2 ;;
 esac

@@ -142,7 +142,7 @@ def _personas(root: Path) -> list[Finding]:
     from ..studies.personas import pipeline
     from ..studies.personas import verdicts as V
 
-    run = root / "data" / "runs" / "personas-h200-v2"
+    run = root / "data" / "runs" / "personas-h200-v3"
     published = yaml.safe_load((root / "data" / "personas" / "run21_published.yaml").read_text())
     out = [Finding("personas", f"run21 (forward KL): router heads' win rates, {published['test_prompts']} test prompts, "
                    "LLM judge", "published only", "transcribed from the study's README; per-prompt verdicts were not "
