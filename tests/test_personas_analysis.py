@@ -105,3 +105,27 @@ def test_correctness_by_the_task_grader_is_the_rubric_point_on_every_recorded_an
             golds.append(gold[s.problem_id])
     assert len(texts) > 5000
     assert A.correct(texts, golds) == [pw.final_integer(t) == g for t, g in zip(texts, golds)]
+
+
+def test_calls_used_counts_only_what_the_comparisons_read(tmp_path):
+    """A cache that also holds calls on answers no comparison reads (an earlier generation's) is not counted as the
+    page's: the chapter prints the calls its comparisons read beside the cache's size."""
+    import json as _json
+
+    from polyvox import judge as J
+
+    def rubric(text, row):
+        return -len(text)
+
+    judge_ = J.RubricJudge(rubric, "toy")
+    (tmp_path / "systems").mkdir()
+    rows = [{"prompt_id": f"p{i}", "prompt": f"q{i}", "preference": "concise", "gold": "1",
+             "responses": {"x": "a" * (i + 1), "y": "b" * 3}} for i in range(4)]  # p2: x and y differ, equal length
+    rows[1]["responses"]["y"] = rows[1]["responses"]["x"]  # identical texts: no call
+    (tmp_path / "systems" / "s.jsonl").write_text("".join(_json.dumps(r) + "\n" for r in rows))
+    old = [dict(r, responses={"x": "old " + r["responses"]["x"], "y": r["responses"]["y"]}) for r in rows]
+    (tmp_path / "systems" / "old.jsonl").write_text("".join(_json.dumps(r) + "\n" for r in old))
+    J.run(f"{tmp_path}/systems/old.jsonl:x", f"{tmp_path}/systems/old.jsonl:y", tmp_path / "judge", judge_)
+    J.run(f"{tmp_path}/systems/s.jsonl:x", f"{tmp_path}/systems/s.jsonl:y", tmp_path / "judge", judge_)
+    tallies = [{"a": "systems/s.jsonl:x", "b": "systems/s.jsonl:y"}, {"a": "systems/s.jsonl:y", "b": "systems/s.jsonl:x"}]
+    assert A.calls_used(tmp_path, tallies, judge_) == (6, 14)  # 3 pairs x 2 orders read; old: 4 pairs x 2 cached too

@@ -159,11 +159,17 @@ def _personas(root: Path) -> list[Finding]:
     missing = I.missing_line(run, has)
     out.append(Finding("personas", "run22 (reverse KL) against run21 (forward KL) — asked by the study, never run",
                        "miniature only",
-                       V.answer_line(ans, mixes=s.get("mixes") is not None) + " " + V.family_line(fam) + " Heads that did not train ("
+                       V.answer_line(ans, mixes=s.get("mixes") is not None,
+                                     kl=V.kl_name(s["distill"]["top_k"], _vocab(root / s["model"]["path"]))) + " " + V.family_line(fam) + " Heads that did not train ("
                        + ("as recorded" if has["trained"] else f"the chapter's loss rule, loss_drop {PERSONAS_LOSS_DROP}")
                        + "): " + ", ".join(f"{n} of {m} {a}" for a, (n, m) in failed.items()) + "."
                        + (f" {missing}" if missing else ""), "book/personas/persona_basis"))
     return out
+
+
+def _vocab(model: Path) -> int:
+    """A model folder's vocabulary size (its config.json)."""
+    return int(json.loads((model / "config.json").read_text())["vocab_size"])
 
 
 # Part III's recorded run and its models, under data/ (models None: the run's own <run>/models, as a seeded run of

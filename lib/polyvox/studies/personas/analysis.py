@@ -212,6 +212,22 @@ def correct(texts, golds) -> list[bool]:
                                                       task.grade_options, bare=True)]
 
 
+def calls_used(run: str | Path, tallies: list[dict], judge_) -> tuple[int, int]:
+    """(distinct judge calls the comparisons of ``tallies`` read, calls the verdicts cache holds): a cache may also
+    hold calls on answers no comparison reads any more (an earlier generation's), which a count of the cache
+    alone would pass off as this page's."""
+    from ...judge.records import _calls, call_key, load_cache
+
+    run = Path(run)
+    ident, cache = judge_.identity(), load_cache(run / verdicts_folder(judge_), repair=False)
+    used = set()
+    for t in tallies:
+        for p in judge.pairs(str(run / t["a"]), str(run / t["b"])):
+            if p.a != p.b:
+                used.update(k for k in (call_key(ident, c) for c in _calls(p)) if k in cache)
+    return len(used), len(cache)
+
+
 def with_correctness(run: str | Path, a: str, b: str, judge_) -> pd.DataFrame:
     """:func:`outcomes` plus ``correct_a`` / ``correct_b``: whether each side's answer has the right
     number (:func:`correct`)."""

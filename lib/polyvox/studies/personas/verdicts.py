@@ -432,9 +432,16 @@ def answers(fam: pd.DataFrame, recorded: bool, effect: float = EFFECT) -> dict[s
     return {r["system"]: answer(r, effect, recorded=recorded) for _, r in prim.iterrows()}
 
 
-def answer_line(ans: dict[str, tuple[str, str]], mixes: bool = False) -> str:
+def kl_name(top_k: int, vocab: int) -> str:
+    """What the arms' losses are, in words: top-k KL, or — k covering the vocabulary — the full divergence (the
+    miniature then does not test the study's support truncation)."""
+    return f"KL over the whole vocabulary (k = {top_k})" if top_k >= vocab else f"top-{top_k} KL"
+
+
+def answer_line(ans: dict[str, tuple[str, str]], mixes: bool = False, kl: str = "top-k KL") -> str:
     """The study's question in one computed sentence: answered only where :func:`answer` gives a category
-    (``mixes``: the run tunes its mixes, and the view also leaves out types whose mix missed its target)."""
+    (``mixes``: the run tunes its mixes, and the view also leaves out types whose mix missed its target; ``kl``:
+    the losses' name, :func:`kl_name`)."""
     got = {s: c for s, (c, _) in ans.items() if c != "unanswered"}
     head = ("**The miniature answers the study's question**" if got and len(got) == len(ans) else
             "**The miniature answers the study's question only in part**" if got else
@@ -444,7 +451,7 @@ def answer_line(ans: dict[str, tuple[str, str]], mixes: bool = False) -> str:
             "; ".join(f"{s}: {t}" for s, (_, t) in ans.items()))
     where = "on types whose heads trained and whose tuned mix met its target in both arms" if mixes else \
         "on heads trained in both arms"
-    return head + f" (forward vs reverse top-k KL, {where}): " + body + "."
+    return head + f" (forward vs reverse {kl}, {where}): " + body + "."
 
 
 def pilot_lines(fam: pd.DataFrame) -> list[str]:
