@@ -350,7 +350,7 @@ def test_judge_tally_model_on_a_run_without_it_is_one_line(runs, capsys):
 
 def _section_7c():
     nb = nbformat.read(ROOT / "notebooks" / "personas" / "persona_basis.ipynb", as_version=4)
-    code = [c.source for c in nb.cells if c.cell_type == "code" and "I.model_judge(run)" in c.source]
+    code = [c.source for c in nb.cells if c.cell_type == "code" and "MODEL_JUDGE = I.model_judge(run)" in c.source]
     assert len(code) == 1
     return code[0]
 
