@@ -438,6 +438,7 @@ def test_the_recorded_family_and_the_findings_rows():
         assert -100 <= float(lo) <= float(hi) <= 100
 
 
+@pytest.mark.slow  # 2-4 s here: in make test, out of the 60-s fast tier
 def test_level_room_flags_ceilings_and_floors_on_the_shipped_run():
     """At 1,024 tokens on the shipped recording: each level's accuracy over the seeds, a level where both systems
     are above 80 % (or below 20 %: issue 21's rule, the pilot's bounds) said to have no room; the rule on made-up

@@ -37,6 +37,7 @@ def folder(root, tmp_path_factory):
     return out, shipped
 
 
+@pytest.mark.slow  # 2-4 s here: in make test, out of the 60-s fast tier
 def test_grade_takes_a_folder_of_runs_and_prints_accuracy_with_wilson_intervals(folder, root, monkeypatch):
     out, shipped = folder
     monkeypatch.chdir(root)

@@ -115,6 +115,7 @@ def _recorded(tmp_path, root):
     return src, ev
 
 
+@pytest.mark.slow  # 2-4 s here: in make test, out of the 60-s fast tier
 def test_ship_keeps_records_stores_large_ones_gzipped_and_leaves_weights(tmp_path, root):
     from polyvox import ship
 

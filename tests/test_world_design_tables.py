@@ -220,6 +220,7 @@ def test_the_power_on_the_levels_with_room(root):
     assert lp["MDE"] > whole  # fewer problems, and the differences show where there is room
 
 
+@pytest.mark.slow  # 2-4 s here: in make test, out of the 60-s fast tier
 def test_the_power_table_as_shown_fits_ranges_in_one_column_each():
     root = Path(__file__).resolve().parents[1] / "data" / "runs" / "world"
     from polyvox.studies.world import analysis as W
