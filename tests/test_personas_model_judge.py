@@ -197,6 +197,22 @@ def test_a_stage_record_not_complete_or_without_identity_is_no_model_judge(runs,
     assert I.model_judge(run) is None
 
 
+def test_the_judge_models_record_in_words(runs, tmp_path):
+    """Calls, unparseable verdicts, seconds and commit from the stage record, the device from the scale."""
+    run, s = runs["with"], runs["scale"]
+    rec = json.loads((run / "judge-by-model" / "stage.json").read_text())
+    line = I.model_judge_record(run, s)
+    assert line.startswith(f"{rec['calls_made']:,} calls, {rec['unparseable']:,} of them unparseable, on ")
+    assert f"on {judging.judge_settings(s).device} at commit `{str(rec['git_commit'])[:7]}" in line
+    assert I.model_judge_record(runs["without"], s) is None
+    copy_ = tmp_path / "run"
+    shutil.copytree(run, copy_)
+    (copy_ / "judge-by-model" / "stage.json").write_text(json.dumps({**rec, "seconds": 405.6}))
+    assert I.model_judge_record(copy_, s).startswith(f"{rec['calls_made']:,} calls, {rec['unparseable']:,} of them unparseable, in 406 s on ")
+    (copy_ / "judge-by-model" / "stage.json").write_text(json.dumps({**rec, "status": "running"}))
+    assert I.model_judge_record(copy_, s) is None
+
+
 def test_the_calibration_is_the_one_the_verdicts_stage_names(runs, tmp_path):
     run, s = runs["with"], runs["scale"]
     assert I.model_judge_folder(run, s) == judging.judge_model_folder(run, s)
@@ -361,7 +377,7 @@ def _exec_7c(run: Path, s: dict) -> list[tuple[str, object]]:
     heads, trunc = _chapter_tables(run, s)
     arms, seeds = s["arms"]["losses"], s["arms"]["seeds"]
     ns = {"I": I, "V": V, "run": run, "s": s, "heads": heads, "trunc": trunc, "arms": arms, "seeds": seeds,
-          "MAIN": V.MAIN, "n_boot": 20, "md": lambda text: shown.append(("md", text)),
+          "MAIN": V.MAIN, "n_boot": 20, "has": {"trained": True}, "md": lambda text: shown.append(("md", text)),
           "show_table": lambda df, name, *a, **k: shown.append(("table", name))}
     ns["fam"] = V.chapter_family(run, heads, trunc, seeds, arms, pipeline.rubric_judge(), V.MAIN, 20)
     exec(_section_7c(), ns)
@@ -379,7 +395,8 @@ def test_the_chapter_computes_whether_the_judge_model_judges(runs, tmp_path):
     assert [x for k, x in shown if k == "table"] == ["judge model calibration", "judge model by length difference",
                                                     "family by both judges"]
     words = [x for k, x in shown if k == "md"]
-    assert len(words) == 2 and "**The judge model judges**" in words[0] and "agree on **" in words[1]
+    assert len(words) == 3 and "**The judge model judges**" in words[0] and "agree on **" in words[1]
+    assert words[2].startswith("Section 7b's rule applied to the judge model's verdicts") and "router_head: " in words[2]
     # the same run, its judge model calibrated no better than an always-tie judge: the page says so
     bad = tmp_path / "run"
     shutil.copytree(runs["with"], bad)
@@ -415,3 +432,29 @@ def check_smoke_run_model_judge(out, capsys):
     assert len(V.side_by_side(fams)) == len(fams["rubric"])
     assert cli.main(["judge", "tally", "--run", str(out), "--judge", "model", "--n-boot", "20"]) == 0
     assert "missing" not in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- the shipped chapter run
+
+SHIPPED = Path(__file__).resolve().parents[1] / "data" / "runs" / "personas-h200-v3"
+
+
+def test_the_shipped_judge_model_verdicts_recompute_their_tallies():
+    """data/runs/personas-h200-v3/judge-by-model (one H200): one verdict line per call made, and the tallies the
+    stage wrote are what the chapter's reader recomputes from those lines under the recorded identity, for the
+    comparisons section 7c's family reads first (reverse vs forward, and router heads vs persona prompting)."""
+    from polyvox import jsonl
+
+    rec = json.loads((SHIPPED / "judge-by-model" / "stage.json").read_text())
+    assert rec["status"] == "complete" and rec["settings"]["verdicts"] == "judge model"
+    lines = sum(1 for _ in jsonl.iter_jsonl(SHIPPED / "judge-by-model" / judge.VERDICTS))
+    assert lines == rec["calls_made"] > 100_000
+    j = I.model_judge(SHIPPED)
+    tallies = {t["name"]: t for t in json.loads((SHIPPED / "judge-by-model" / "tallies.json").read_text())}
+    names = [n for n in tallies if n.startswith("s0: reverse ")][:2] + \
+        [n for n in tallies if n.endswith("router_head vs router_persona")][:1]
+    assert len(names) == 3, sorted(tallies)[:5]
+    for name in names:
+        t = tallies[name]
+        o = A.outcomes(SHIPPED, t["a"], t["b"], j)
+        assert {k: int((o["outcome"] == k).sum()) for k in "WTL"} == {k: t["overall"][k] for k in "WTL"}, name

@@ -151,6 +151,18 @@ def test_a_run_without_recorded_trained_flags_is_not_answered():
     assert V.answer_line({"a": ("unanswered", "x")}).startswith("**The miniature does not answer")
 
 
+def test_a_second_judge_s_answer_is_reported_beside_the_first_s():
+    first = {"router_head": V.answer(ROW), "oracle_head": V.answer({**ROW, "win_rate": 0.52, "p (Holm)": 0.6,
+                                                                     "rejected": False, "decisive": 15})}
+    second = {"router_head": V.answer({**ROW, "win_rate": 0.52, "p (Holm)": 0.6, "rejected": False, "decisive": 15}),
+              "oracle_head": V.answer({**ROW, "win_rate": 0.52, "p (Holm)": 0.6, "rejected": False, "decisive": 12})}
+    line = V.second_judge_line(second, "judge model", first)
+    assert line.startswith("Section 7b's rule applied to the judge model's verdicts")
+    assert "router_head: not answered" in line and "(category unanswered; the rubric gives reverse)" in line
+    assert "oracle_head: not answered" in line and "at most 6.2 points" in line
+    assert "(the rubric gives the same category)" in line
+
+
 def _fam(view_rows, m=14):
     rows = [{"comparison": f"reverse vs forward, router_head, {v}", "kind": "forward vs reverse", "system": "router_head",
              "view": v, "n": 96, "seeds": 3, "users": 24, "decisive": 40, "win_rate": 0.5, "ci_low": 0.45,

@@ -269,6 +269,22 @@ def model_judge(run: str | Path) -> RecordedJudge | None:
     return RecordedJudge(rec["identity"], MODEL_VERDICTS, "judge model")
 
 
+def model_judge_record(run: str | Path, s: dict) -> str | None:
+    """Where and how the judge model's verdicts were made, in words, from ``judge-by-model/stage.json`` (calls
+    made, unparseable verdicts, seconds where recorded, commit) and the scale's judge settings (the device; the stage record keeps
+    the library versions, not the device); None when the run has no complete record."""
+    rec = read_object(Path(run) / MODEL_VERDICTS / "stage.json")
+    if rec.get("status") != "complete" or not all(k in rec for k in ("calls_made", "unparseable")):
+        return None
+    from .judging import judge_settings
+
+    js = judge_settings(s)
+    device = js.device if js is not None else "a device the scale does not name"
+    commit = str(rec.get("git_commit", "?"))
+    took = f" in {float(rec['seconds']):.0f} s" if isinstance(rec.get("seconds"), (int, float)) else ""
+    return (f"{int(rec['calls_made']):,} calls, {int(rec['unparseable']):,} of them unparseable,{took} on {device} at commit `{commit[:7]}{'-dirty' if commit.endswith('-dirty') else ''}`")
+
+
 def model_judge_folder(run: str | Path, s: dict | None = None) -> Path | None:
     """The judge model's folder (``judge-model/<size>-<digest>/``) whose verdicts ``judge-by-model/`` holds: the
     input its stage record names, else the scale's (:func:`.judging.judge_model_folder`); None without either."""

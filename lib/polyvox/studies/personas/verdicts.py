@@ -454,6 +454,18 @@ def answer_line(ans: dict[str, tuple[str, str]], mixes: bool = False, kl: str = 
     return head + f" (forward vs reverse {kl}, {where}): " + body + "."
 
 
+def second_judge_line(ans: dict[str, tuple[str, str]], name: str, primary: dict[str, tuple[str, str]]) -> str:
+    """:func:`answer` on a second judge's family (``ans``, per system), reported beside the primary judge's
+    (``primary``): each system's sentence and whether its category is the primary judge's. It never replaces the
+    conclusion: which judge the chapter rests on is stated before either judge's verdicts are read."""
+    parts = []
+    for system, (cat, text) in ans.items():
+        theirs = primary.get(system, ("none stated", ""))[0]
+        parts.append(f"{system}: {text} ({'the rubric gives the same category' if theirs == cat else f'category {cat}; the rubric gives {theirs}'})")
+    return (f"Section 7b's rule applied to the {name}'s verdicts (reported beside the rubric's, not instead of it): "
+            + "; ".join(parts) + ".")
+
+
 def pilot_lines(fam: pd.DataFrame) -> list[str]:
     """:func:`design_line` per system, from the raw head-to-head of the run as a pilot."""
     m = fam.attrs["m"]
