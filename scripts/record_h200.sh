@@ -147,8 +147,18 @@ PY
     if [[ ! -e $out/manifest.json ]]; then mkdir -p "$(dirname "$out")" && cp -r data/runs/personas-h200-v3 "$out" || exit 1; fi
     timeout "$budget" python3 -m polyvox.cli personas run --out "$out" --scale h200-v3 --stages judge 2>&1 | quiet | tail -30
     echo "personas-v3-judge run exit: ${PIPESTATUS[0]}" ;;
+  collab-ordered)
+    # issue 23's run (configs/collab/h200-ordered.yaml: the ordered pool, its validation check, PD with the
+    # protocol-validity check, 100 RL steps, seeds 0-2 at once under MPS); resumable (a second start continues):
+    #   here: scripts/device_tree.sh prepare HEAD; call 1 carries .whl and .rec as for world-v2, then
+    #   scripts/record_detached.sh start collab bash scripts/record_h200.sh runs/collab-h200-ordered-v2 collab-ordered 3000;
+    #   every call: scripts/record_detached.sh watch SECONDS collab, then PACK_KEEP='*' ... pack $OUT runs/collab-h200-ordered-v2
+    # shellcheck disable=SC2086 - MPS is a word or none
+    timeout "$budget" python3 -m polyvox.cli collab run --out "$out" --scale h200-ordered \
+      --parallel "${PARALLEL:-3}" ${MPS---mps} 2>&1 | quiet | tail -40
+    echo "collab-ordered run exit: ${PIPESTATUS[0]}" ;;
   world|personas|collab)
     timeout "$budget" python3 -m polyvox.cli "$what" run --out "$out" --scale h200 2>&1 | quiet | tail -30
     echo "$what run exit: ${PIPESTATUS[0]}" ;;
-  *) echo "usage: $0 OUTDIR [benches|world|world-v2|world-v2-resume|world-climbs|world-climb-plan|personas|personas-v2|personas-v3-judge|collab] [seconds]" >&2; exit 2 ;;
+  *) echo "usage: $0 OUTDIR [benches|world|world-v2|world-v2-resume|world-climbs|world-climb-plan|personas|personas-v2|personas-v3-judge|collab-ordered|collab] [seconds]" >&2; exit 2 ;;
 esac
