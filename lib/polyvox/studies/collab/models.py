@@ -205,7 +205,8 @@ def revive_embeddings(model, dead: list[int], trained: set[int], seed: int) -> N
         return
     emb = model.get_input_embeddings().weight
     with torch.no_grad():
-        ref = emb[sorted(trained)].float()
+        # drawn on the CPU (its generator), so a GPU run revives the same rows as a CPU one; the rows then move
+        ref = emb[sorted(trained)].float().cpu()
         g = torch.Generator().manual_seed(seed)
         noise = torch.randn((len(dead), emb.shape[1]), generator=g)
         emb[dead] = (ref.mean(0) + noise * ref.std(0)).to(emb.dtype).to(emb.device)
