@@ -386,3 +386,20 @@ def test_the_ordered_scale_s_test_set_is_powered_by_the_pilot(recorded):
     n_test = len({models.underlying(p) for p in test})
     need_holm = A.mcnemar_n(0.05, (t["a_only"] + t["b_only"]) / t["n"], 0.05 / 13)
     assert need == 744 and need_holm == 1321 and n_test == len(test) == pipeline.n_test(s) == 1357 >= need_holm
+
+
+def test_load_reads_trajectories_stored_gzipped(tmp_path):
+    """A shipped run keeps large trajectories as trajectories.jsonl.gz (polyvox.ship): load reads them as the
+    plain files, and a system folder with neither is not a system (it read none before, and the chapter failed
+    on data/runs/collab-h200-ordered-v2 with a bare StopIteration)."""
+    import gzip
+    import shutil
+
+    src = RUN / "eval" / "solo-small" / "trajectories.jsonl"
+    plain, packed = tmp_path / "plain", tmp_path / "packed"
+    for d in (plain / "solo-small", packed / "solo-small", packed / "empty"):
+        d.mkdir(parents=True)
+    shutil.copy(src, plain / "solo-small" / "trajectories.jsonl")
+    (packed / "solo-small" / "trajectories.jsonl.gz").write_bytes(gzip.compress(src.read_bytes()))
+    assert A.load(packed) == A.load(plain) and list(A.load(packed)) == ["solo-small"]
+    assert len(A.load(packed)["solo-small"]) > 100

@@ -160,7 +160,7 @@ def test_a_second_judge_s_answer_is_reported_beside_the_first_s():
     assert line.startswith("Section 7b's rule applied to the judge model's verdicts")
     assert "router_head: not answered" in line and "(category unanswered; the rubric gives reverse)" in line
     assert "oracle_head: not answered" in line and "at most 6.2 points" in line
-    assert "(the rubric gives the same category)" in line
+    assert "(the rubric's category too; when both are unanswered for their ties the agreement follows from the tie shares" in line
 
 
 def _fam(view_rows, m=14):
@@ -287,3 +287,67 @@ def test_the_pooled_test_holds_its_level_with_a_seed_effect():
         hits += res["ci_low"] <= 0.5 <= res["ci_high"]
         rejections += res["p"] < 0.05
     assert hits >= 276 and rejections <= 22
+
+
+# ---------------------------------------------------------------- how a judge decided (review 24)
+
+@pytest.mark.parametrize("ab, ba, outcome, kind, flip", [
+    ("identical", "identical", "T", "identical", None),
+    ("A", "B", "W", "decisive", False),
+    ("B", "A", "L", "decisive", False),
+    ("tie", "tie", "T", "tie in both orders", False),
+    ("A", "A", "T", "same position in both orders", True),
+    ("B", "B", "T", "same position in both orders", True),
+    ("A", "tie", "T", "tie in one order only", True),
+    ("tie", "B", "T", "tie in one order only", True),
+    ("A", "unparseable", "U", "unparseable", None),
+])
+def test_behaviour_sorts_each_prompt_by_how_both_orders_decided_it(ab, ba, outcome, kind, flip):
+    b = V.behaviour([pd.DataFrame([{"ab": ab, "ba": ba, "outcome": outcome}])])
+    kinds = ("identical", "tie in both orders", "same position in both orders", "tie in one order only", "decisive",
+             "unparseable")
+    assert {k: b[k] for k in kinds} == {k: int(k == kind) for k in kinds}
+    assert b["judged pairs"] == int(flip is not None) and b["flips"] == int(bool(flip))
+    first = [ab, ba].count("A")
+    assert b["first-shown picks"] == (first if kind not in ("identical", "unparseable") else 0)
+
+
+def test_judge_behaviour_flags_comparisons_past_the_flip_bound():
+    calm = [pd.DataFrame([{"ab": "A", "ba": "B", "outcome": "W"}] * 90 + [{"ab": "A", "ba": "A", "outcome": "T"}] * 10)]
+    wild = [pd.DataFrame([{"ab": "A", "ba": "B", "outcome": "W"}] * 50 + [{"ab": "A", "ba": "A", "outcome": "T"}] * 50)]
+    beh = V.judge_behaviour([({"comparison": "calm"}, calm), ({"comparison": "wild"}, wild)])
+    assert beh.set_index("comparison")["flip bound met"].to_dict() == {"calm": True, "wild": False}
+    assert beh.set_index("comparison")["flip rate"].to_dict() == {"calm": 0.1, "wild": 0.5}
+    line = V.behaviour_line(beh, "judge model", 0.049)
+    assert "**10.0–50.0%**" in line and "(on its calibration pairs: 4.9%)" in line and "**1 of 2** comparisons (wild)" in line
+    assert "bound of section 7c's rule (its Wilson upper bound above it)" in line
+    # first-shown share: calm 90 (A of A/B) + 20 (A/A) of 200 decisive calls
+    assert beh.set_index("comparison")["first-shown share"]["calm"] == pytest.approx(110 / 200)
+
+
+def test_disagreement_lines_say_where_two_judges_part():
+    def frame(outcomes, picks, longer):
+        return pd.DataFrame({"outcome": outcomes, "router_pick": picks, "preference": picks,
+                             "words_a": [9 if x else 3 for x in longer], "words_b": [5] * len(outcomes)})
+    rubric = [({"comparison": "fwd: heads vs persona", "system": "router_head"},
+               [frame(["T", "T", "T", "L"], ["ic", "ic", "wc", "ic"], [1, 1, 0, 1])]),
+              ({"comparison": "fwd: heads vs base", "system": "router_head"},
+               [frame(["W", "L", "L", "W"], ["ic"] * 4, [1] * 4)])]
+    model = [({"comparison": "fwd: heads vs persona", "system": "router_head"},
+              [frame(["L", "L", "L", "L"], ["ic", "ic", "wc", "ic"], [1, 1, 0, 1])]),
+             ({"comparison": "fwd: heads vs base", "system": "router_head"},
+              [frame(["W", "W", "W", "W"], ["ic"] * 4, [1] * 4)])]
+    sbs = pd.DataFrame({"comparison": ["fwd: heads vs persona", "fwd: heads vs base"], "same verdict": [False, True]})
+    part, base = V.disagreement_lines(rubric, model, ["rubric", "judge model"], sbs)
+    assert ("fwd: heads vs persona: of the judge model's 4 losses for A, 3 are ties for the rubric; on those the router "
+            "picked ic for 67%, and A's answer is the longer one on 67%") in part
+    assert "fwd: heads vs base 0 vs 2 prompts" in base
+
+
+def test_identical_line_reads_the_raw_forward_vs_reverse_rows():
+    beh = pd.DataFrame([{"comparison": "reverse vs forward, router_head, raw", "prompts": 200, "identical": 88},
+                        {"comparison": "reverse vs forward, router_head, trained", "prompts": 100, "identical": 90},
+                        {"comparison": "forward: heads vs base", "prompts": 200, "identical": 0}])
+    line = V.identical_line(beh)
+    assert "router_head 44% (88 of 200)" in line and "90" not in line
+    assert V.identical_line(beh.iloc[1:]) == ""

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ... import metrics
+from ... import jsonl, metrics
 from ...records import read_jsonl
 from . import cost as costs
 from .cost import cost_weights, pareto  # noqa: F401 - the chapter reads them here
@@ -71,7 +71,7 @@ def load(eval_dir: str | Path) -> dict[str, list[dict]]:
     eval_dir = Path(eval_dir)
     runs = {}
     for d in sorted(eval_dir.iterdir()):
-        if (d / "trajectories.jsonl").exists():
+        if jsonl.exists(d / "trajectories.jsonl"):  # plain, or gzipped as a shipped run keeps it
             runs[d.name] = sorted(read_jsonl(d / "trajectories.jsonl"), key=lambda r: r["id"])
     return runs
 
@@ -323,7 +323,7 @@ def provenance(eval_dir: str | Path, full: bool) -> pd.DataFrame:
     rows = []
     for d in sorted(Path(eval_dir).iterdir()):
         m = d / "manifest.json"
-        if not (d / "trajectories.jsonl").exists() or not m.exists():
+        if not jsonl.exists(d / "trajectories.jsonl") or not m.exists():
             continue
         man = json.loads(m.read_text())
         v = man.get("versions", {})

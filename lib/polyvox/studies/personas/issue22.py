@@ -401,8 +401,8 @@ def model_judge_line(cal: dict, flip_max: float = FLIP_MAX, verdicts: bool = Tru
             f"flip rate {r['flip_rate']}; of its decisive calls it picks the answer shown first in {r['first_pick']}. "
             f"Length: it picks the longer answer in {r['longer_pick']} of its decisive calls, the ground truth in "
             f"{r['longer_pick_truth']}. ")
-    rule = (f"(rule: agreement with the truth above the share of true ties, and a flip rate at most "
-            f"{100 * flip_max:.0f}%, both by their 95% Wilson intervals)")
+    rule = (f"(rule: the 95% Wilson lower bound of its agreement with the truth above the share of true ties, and "
+            f"the Wilson upper bound of its flip rate at most {100 * flip_max:.0f}%)")
     a, rb = cal["agreement_truth"]["rate"], cal["rubric_agreement_truth"]["rate"]
     if a is not None and rb is not None:  # the rule is a floor, not a bar of quality: say how far it is from one
         head += (f"The rule is a floor, not a bar of quality: the judge model disagrees with the ground truth on "

@@ -304,15 +304,16 @@ VIEWS = ("raw", "trained", "uncut")  # the forward-vs-reverse views whose verdic
 PRIMARY = "trained"  # the view that answers: heads trained in both arms (the others are refused there)
 
 
-def chapter_family(run, heads: pd.DataFrame, trunc: pd.DataFrame, seeds, arms, judge_, main=MAIN, n_boot: int = N_BOOT,
-                   systems=("router_head", "oracle_head")) -> pd.DataFrame:
-    """The chapter's family, one row per comparison it states a verdict for: reverse against forward per system
-    in each of :data:`VIEWS` (:func:`.analysis.view_frames`), and each arm's ``main`` comparisons (``(comparison,
-    label)``, e.g. ``("router_head vs base", "router heads vs base")``), every row pooled over seeds
-    (:func:`pooled`), then :func:`family`. ``attrs['pilot']``: per system, the raw view's seed × user table."""
+def family_frames(run, heads: pd.DataFrame, trunc: pd.DataFrame, seeds, arms, judge_, main=MAIN,
+                  systems=("router_head", "oracle_head")) -> list[tuple[dict, list[pd.DataFrame]]]:
+    """The chapter's family before pooling: per comparison it states a verdict for, its row labels and one
+    outcome frame per seed (:func:`.analysis.outcomes`, ``ab``/``ba`` the two orders' choices) — reverse against
+    forward per system in each of :data:`VIEWS` (:func:`.analysis.view_frames`), then each arm's ``main``
+    comparisons (``(comparison, label)``). :func:`chapter_family` pools them; :func:`judge_behaviour` reads how
+    the judge decided them."""
     from . import analysis as A
 
-    rows, pilot = [], {}
+    out = []
     for system in systems:
         if "reverse" not in arms or "forward" not in arms:
             break
@@ -322,21 +323,91 @@ def chapter_family(run, heads: pd.DataFrame, trunc: pd.DataFrame, seeds, arms, j
             raise ValueError(f"{Path(run) / 'systems'}: no {', '.join(missing)} (nor .gz): the forward-vs-reverse "
                              "comparison needs both arms' systems")
         for view in VIEWS:
-            frames = A.view_frames(run, heads, trunc, system, seeds, arms, judge_, view)
-            if view == "raw":
-                pilot[system] = cells(frames)[:2]
-            rows.append({"comparison": f"reverse vs forward, {system}, {view}", "kind": "forward vs reverse",
-                         "system": system, "view": view, **pooled(frames, n_boot)})
+            out.append(({"comparison": f"reverse vs forward, {system}, {view}", "kind": "forward vs reverse",
+                         "system": system, "view": view},
+                        A.view_frames(run, heads, trunc, system, seeds, arms, judge_, view)))
     for comp, label in main:
         a, b = comp.split(" vs ")
         for arm in arms:
-            frames = [A.outcomes(run, f"systems/{arm}-s{sd}.jsonl:{a}", f"systems/{arm}-s{sd}.jsonl:{b}", judge_)
-                      for sd in seeds]
-            rows.append({"comparison": f"{arm}: {label}", "kind": "within an arm", "system": a, "view": "raw",
-                         **pooled(frames, n_boot)})
+            out.append(({"comparison": f"{arm}: {label}", "kind": "within an arm", "system": a, "view": "raw"},
+                        [A.outcomes(run, f"systems/{arm}-s{sd}.jsonl:{a}", f"systems/{arm}-s{sd}.jsonl:{b}", judge_)
+                         for sd in seeds]))
+    return out
+
+
+def chapter_family(run, heads: pd.DataFrame, trunc: pd.DataFrame, seeds, arms, judge_, main=MAIN, n_boot: int = N_BOOT,
+                   systems=("router_head", "oracle_head")) -> pd.DataFrame:
+    """The chapter's family, one row per comparison it states a verdict for (:func:`family_frames`), every row
+    pooled over seeds (:func:`pooled`), then :func:`family`. ``attrs['pilot']``: per system, the raw view's seed ×
+    user table."""
+    rows, pilot = [], {}
+    for meta, frames in family_frames(run, heads, trunc, seeds, arms, judge_, main, systems):
+        if meta["kind"] == "forward vs reverse" and meta["view"] == "raw":
+            pilot[meta["system"]] = cells(frames)[:2]
+        rows.append({**meta, **pooled(frames, n_boot)})
     fam = family(pd.DataFrame(rows))
     fam.attrs["pilot"] = pilot
     return fam
+
+
+def behaviour(frames) -> dict:
+    """How a judge decided one comparison's prompts (seeds pooled), from both orders' choices (``ab``: A shown
+    first, ``ba``: B shown first; a choice names a position): ``identical`` answers (a free tie, no call),
+    ``tie in both orders``, ``same position in both orders`` (the first-shown, or the second-shown, answer picked
+    whichever it was: folded to a tie), ``tie in one order only``, ``decisive`` (W or L), ``unparseable``; the
+    ``flip rate`` (pairs whose two verdicts are not mirror images — A/B, B/A or tie/tie — among the judged pairs
+    with both orders parseable) and the ``first-shown share`` of the decisive calls (calls that pick A or B)."""
+    f = pd.concat(frames, ignore_index=True) if len(frames) else pd.DataFrame(columns=["ab", "ba", "outcome"])
+    ident = f["ab"] == "identical"
+    bad = f["outcome"] == "U"
+    judged = f[~ident & ~bad & f["ab"].notna()]
+    ab, ba = judged["ab"].astype(str), judged["ba"].astype(str)
+    mirror = ((ab == "A") & (ba == "B")) | ((ab == "B") & (ba == "A")) | ((ab == "tie") & (ba == "tie"))
+    same_pos = ((ab == "A") & (ba == "A")) | ((ab == "B") & (ba == "B"))
+    one_tie = (ab == "tie") ^ (ba == "tie")
+    calls = pd.concat([ab, ba])
+    decisive_calls = int(calls.isin(["A", "B"]).sum())
+    n_j = len(judged)
+    return {"prompts": len(f), "identical": int(ident.sum()), "tie in both orders": int(((ab == "tie") & (ba == "tie")).sum()),
+            "same position in both orders": int(same_pos.sum()), "tie in one order only": int(one_tie.sum()),
+            "decisive": int(f["outcome"].isin(["W", "L"]).sum()), "unparseable": int(bad.sum()),
+            "judged pairs": n_j, "flips": int((~mirror).sum()), "flip rate": (float((~mirror).mean()) if n_j else None),
+            "first-shown picks": int((calls == "A").sum()), "decisive calls": decisive_calls,
+            "first-shown share": (float((calls == "A").sum()) / decisive_calls if decisive_calls else None)}
+
+
+def judge_behaviour(fframes: list[tuple[dict, list[pd.DataFrame]]]) -> pd.DataFrame:
+    """:func:`behaviour` per comparison of :func:`family_frames`, with ``flip bound met``: the flip rate's 95%
+    Wilson upper bound is at most :data:`.issue22.FLIP_MAX` (the calibration rule's bound, applied to the
+    comparison's own pairs; no judged pair: met, nothing to flip)."""
+    from ...metrics import wilson_interval
+    from .issue22 import FLIP_MAX
+
+    rows = []
+    for meta, frames in fframes:
+        b = behaviour(frames)
+        hi = wilson_interval(b["flips"], b["judged pairs"])[1] if b["judged pairs"] else None
+        rows.append({"comparison": meta["comparison"], **b, "flip bound met": hi is None or hi <= FLIP_MAX})
+    return pd.DataFrame(rows)
+
+
+def behaviour_line(beh: pd.DataFrame, name: str, calibrated_flip: float | None) -> str:
+    """:func:`judge_behaviour` in words: the flip-rate range on the comparisons against the calibration's, the
+    comparisons past the bound (the calibration rule's, :data:`.issue22.FLIP_MAX`)."""
+    from .issue22 import FLIP_MAX
+
+    fr = beh["flip rate"].dropna()
+    past = beh.loc[~beh["flip bound met"], "comparison"].tolist()
+    cal = f" (on its calibration pairs: {100 * calibrated_flip:.1f}%)" if calibrated_flip is not None else ""
+    first = beh["first-shown share"].dropna()
+    return (f"On this page's own pairs the {name}'s verdict changes when A and B swap on **{100 * fr.min():.1f}–"
+            f"{100 * fr.max():.1f}%** of the judged pairs{cal}, and its decisive calls pick the answer shown first "
+            f"{100 * first.min():.0f}–{100 * first.max():.0f}% of the time. Its flip rate is past the "
+            f"{100 * FLIP_MAX:.0f}% bound of section 7c's rule (its Wilson upper bound above it) on **{len(past)} of {len(beh)}** comparisons"
+            + (f" ({'; '.join(past)}): there its verdicts are position-bound, and a tie there is as often a position "
+               "verdict folded to a tie as a judgement that the answers are equal" if past else "")
+            + ". The bound on the comparisons' own pairs was added after their verdicts were read (review 24): a flip "
+              "rate is symmetric in A and B, so it does not select on which side wins.")
 
 
 VIEW_NAMES = {"reverse": "reverse better (Holm)", "forward": "forward better (Holm)",
@@ -405,7 +476,7 @@ def side_by_side(fams: dict[str, pd.DataFrame]) -> pd.DataFrame:
         words[name] = [holm_word(r) for _, r in fam.set_index("comparison").loc[order].reset_index().iterrows()]
         out[f"{name}: n"] = t["n"].to_numpy()
         out[f"{name}: win rate %"] = t["win rate %"].to_numpy()
-        out[f"{name}: 95% CI"] = t["95% CI (seeds × users)"].to_numpy()
+        out[f"{name}: 95% CI, unadjusted"] = t["95% CI (seeds × users)"].to_numpy()
         out[f"{name}: p (Holm)"] = t["p (Holm)"].to_numpy()
         out[f"{name}: verdict"] = words[name]
     out["same verdict"] = [len({words[n][i] for n in names}) == 1 for i in range(len(order))]
@@ -417,9 +488,14 @@ def side_by_side_line(sbs: pd.DataFrame, names) -> str:
     and where they do not."""
     a, b = list(names)[:2]
     differ = sbs[~sbs["same verdict"]]
-    same_n = int((sbs[f"{a}: n"] == sbs[f"{b}: n"]).sum())
-    return (f"Same comparisons, both orders: the {b} scored as many prompts as the {a} in {same_n} of {len(sbs)} "
-            f"comparisons (an unparseable verdict scores none). Their verdicts (each judge's p values Holm-corrected "
+    drop = (sbs[f"{a}: n"] - sbs[f"{b}: n"]).astype(int)
+    share = float((drop / sbs[f"{a}: n"].where(sbs[f"{a}: n"] > 0)).max()) if len(sbs) else 0.0
+    scored = (f"the {b} scored as many prompts as the {a} in every comparison" if not drop.any() else
+              f"the {b} leaves out {drop.min()}–{drop.max()} prompts per comparison where it leaves any (an order's "
+              f"reply unparseable: a prompt scores only when both orders parse; the {a} {'leaves out none' if (sbs[f'{a}: n'] >= sbs[f'{b}: n']).all() else 'differs too'}), "
+              f"at most {100 * share:.2f}% of a comparison's prompts, too few to move a win rate by "
+              f"{50 * share:.2f} points")
+    return (f"Same comparisons, both orders: {scored}. Their verdicts (each judge's p values Holm-corrected "
             f"within its own family) agree on **{len(sbs) - len(differ)} of {len(sbs)}** comparisons"
             + ("." if not len(differ) else "; they differ on " + "; ".join(
                 f"{r['comparison']} ({a}: {r[f'{a}: verdict']}, {b}: {r[f'{b}: verdict']})"
@@ -461,9 +537,60 @@ def second_judge_line(ans: dict[str, tuple[str, str]], name: str, primary: dict[
     parts = []
     for system, (cat, text) in ans.items():
         theirs = primary.get(system, ("none stated", ""))[0]
-        parts.append(f"{system}: {text} ({'the rubric gives the same category' if theirs == cat else f'category {cat}; the rubric gives {theirs}'})")
+        same = ("the rubric's category too; when both are unanswered for their ties the agreement follows from the tie "
+                "shares, not a second finding" if cat == "unanswered" else "the rubric gives the same category")
+        parts.append(f"{system}: {text} ({same if theirs == cat else f'category {cat}; the rubric gives {theirs}'})")
     return (f"Section 7b's rule applied to the {name}'s verdicts (reported beside the rubric's, not instead of it): "
             + "; ".join(parts) + ".")
+
+
+def identical_line(beh: pd.DataFrame) -> str:
+    """How often reverse's and forward's answers are byte-identical (a tie under any judge, no call made), per
+    system, from the raw forward-vs-reverse rows of :func:`judge_behaviour`."""
+    raw = beh[beh["comparison"].str.startswith("reverse vs forward, ") & beh["comparison"].str.endswith(", raw")]
+    parts = [f"{r['comparison'].split(', ')[1]} {100 * r['identical'] / r['prompts']:.0f}% ({r['identical']:,} of "
+             f"{r['prompts']:,})" for _, r in raw.iterrows() if r["prompts"]]
+    return ("Reverse's and forward's heads write **byte-identical answers** on " + ", ".join(parts) + " of the raw "
+            "view's prompts: a tie under any judge, with no call made. Much of both judges' tie share is the two arms "
+            "answering alike, not a judge calling different answers equal.") if parts else ""
+
+
+def disagreement_lines(ff_first, ff_second, names, sbs: pd.DataFrame) -> list[str]:
+    """Where two judges' verdicts part, from their :func:`family_frames` (the same comparisons and prompts, in the
+    same order): for each comparison whose Holm words differ (:func:`side_by_side`), the second judge's losses
+    that the first calls ties, the router pick most common among them and how often A's answer is the longer
+    one there; and for the comparisons against ``base``, each judge's losses (a judge that never gives base a win
+    does not credit its right answers)."""
+    a, b = list(names)[:2]
+    differ = set(sbs.loc[~sbs["same verdict"], "comparison"])
+    lines, base_rows = [], []
+    for (meta, fa), (_meta2, fb) in zip(ff_first, ff_second):
+        name = meta["comparison"]
+        m = pd.concat([x.reset_index(drop=True).assign(other=y["outcome"].to_numpy()) for x, y in zip(fb, fa)],
+                      ignore_index=True) if fa else pd.DataFrame()
+        if name in differ and len(m):
+            side = "L" if m["outcome"].eq("L").sum() >= m["outcome"].eq("W").sum() else "W"
+            lost = m[m["outcome"] == side]
+            tied = lost[lost["other"] == "T"]
+            part = (f"{name}: of the {b}'s {len(lost):,} {'losses' if side == 'L' else 'wins'} for A, {len(tied):,} are "
+                    f"ties for the {a}")
+            col, who = (("preference", "the true type was") if str(meta.get("system", "")).startswith("oracle")
+                        else ("router_pick", "the router picked"))
+            if len(tied) and col in tied:
+                top = tied[col].value_counts()
+                part += (f"; on those {who} {top.index[0]} for {100 * top.iloc[0] / len(tied):.0f}%, and A's "
+                         f"answer is the longer one on {100 * (tied['words_a'] > tied['words_b']).mean():.0f}%")
+            lines.append(part)
+        if name.endswith("vs base") and len(m):
+            base_rows.append(f"{name} {int(m['outcome'].eq('L').sum())} vs {int(m['other'].eq('L').sum())}")
+    out = []
+    if lines:
+        out.append(f"Where the two judges' verdicts part: " + "; ".join(lines) + ".")
+    if base_rows:
+        out.append(f"Against base, the {b} gives base a win on (rows in order, {b} vs {a}): " + ", ".join(base_rows)
+                   + f" prompts; where it gives base none, its higher win rates say that it does not credit base's "
+                     "right answers, not that the heads are better by more.")
+    return out
 
 
 def pilot_lines(fam: pd.DataFrame) -> list[str]:
