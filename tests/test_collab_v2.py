@@ -403,3 +403,27 @@ def test_load_reads_trajectories_stored_gzipped(tmp_path):
     (packed / "solo-small" / "trajectories.jsonl.gz").write_bytes(gzip.compress(src.read_bytes()))
     assert A.load(packed) == A.load(plain) and list(A.load(packed)) == ["solo-small"]
     assert len(A.load(packed)["solo-small"]) > 100
+
+
+def _turn(agent, answer, action, violation=None):
+    return {"agent": agent, "answer": answer, "action": action, "violation": violation}
+
+
+@pytest.mark.parametrize("turns, counts", [
+    ([_turn("small", "3", "handoff"), _turn("mid", "3", "stop")], {"equal": 1, "equal_stop": 1}),
+    ([_turn("small", "3", "handoff"), _turn("mid", "4", "stop")], {"differ": 1, "differ_stop": 1}),
+    ([_turn("small", "3", "handoff"), _turn("mid", "4", "handoff"), _turn("big", "4", "stop")],
+     {"differ": 1, "differ_handoff": 1}),
+    # a violating turn is no draft: the draft checked is the last valid one
+    ([_turn("small", "3", "handoff"), _turn("small", "5", None, "no action"), _turn("mid", "3", "stop")],
+     {"equal": 1, "equal_stop": 1}),
+    ([_turn("small", "3", "stop")], {}),
+])
+def test_checker_actions_count_what_mid_did_with_small_s_draft(turns, counts):
+    got = A.checker_actions([{"turns": turns}])
+    want = {k: 0 for k in ("questions", "equal", "differ", "differ_stop", "differ_handoff", "equal_stop")}
+    want.update(counts)
+    want["questions"] = int(bool(counts))
+    assert got == want
+    line = A.checker_line(got)
+    assert ("never checked" in line) == (not counts)

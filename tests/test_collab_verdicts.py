@@ -282,15 +282,31 @@ def test_the_findings_row_follows_the_verdicts(ordered, counts, lead, forbidden)
 
 
 @pytest.mark.slow  # over 3 s (the fast tier's budget: make test-fast under 60 s)
-def test_the_findings_row_is_the_chapter_s(rec, fam):
+def test_the_findings_row_is_the_chapter_s(rec, fam, monkeypatch):
+    """On the first recording (collab-h200, read through the row's run setting): its refusal, unchanged."""
     from polyvox.book import findings as F
 
+    monkeypatch.setattr(F, "COLLAB_RUN", "runs/collab-h200")
+    monkeypatch.setattr(F, "COLLAB_MODELS", "models/collab-h200")
     rows = [f for f in F._collab(ROOT) if f.chapter == "book/collab/miniature"]
     assert len(rows) == 1
     claim, detail = V.finding(rec, fam, V.power(fam))
     assert (rows[0].claim, rows[0].detail, rows[0].status) == (claim, detail, "miniature only")
     assert "**refused**: the size-ordering check fails" in detail and "a collaborating pool beats" not in detail.lower()
     assert "744 paired test questions" in detail and "this run has 240" in detail
+
+
+@pytest.mark.slow
+def test_the_findings_row_reads_the_shipped_ordered_run():
+    """The book's row reads data/runs/collab-h200-ordered-v2 (3 seeds, the ordered pool): the chapter's verdict with
+    its conditions (ordering, Holm, power, seeds)."""
+    from polyvox.book import findings as F
+
+    run = ROOT / "data" / F.COLLAB_RUN
+    assert F.COLLAB_RUN == "runs/collab-h200-ordered-v2" and F.COLLAB_MODELS is None
+    rows = [f for f in F._collab(ROOT) if f.chapter == "book/collab/miniature"]
+    assert (rows[0].claim, rows[0].detail) == V.finding_of(run, run / "models")
+    assert "size ordering holds on the validation split" in rows[0].detail and "3 seeds of PD, RL" in rows[0].detail
 
 
 # ------------------------------------------------------------------ the chapter calls these, and says so

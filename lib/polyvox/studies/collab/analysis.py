@@ -528,3 +528,102 @@ def identical_across_seeds(frames: list[pd.DataFrame], column: str = "correct") 
     first = frames[0][column]
     return all(f.index.equals(first.index) and f[column].astype(object).equals(first.astype(object))
                for f in frames[1:])
+
+
+# ---------------------------------------------------------------- the RL stage's curves (issue 23, item 3)
+
+RL_WINDOW = 10  # steps averaged at each end of an RL curve: one step's mean reward is 16 completions (4 prompts × 4)
+
+
+def rl_curves(run_dir: str | Path, agents=("small", "mid", "big")) -> pd.DataFrame:
+    """Every RL step of every seed and agent (``seed-<k>/rl/<agent>/train_log.jsonl``, or ``rl/`` of an unseeded
+    run): seed (None unseeded), agent, step, mean reward, share of protocol-valid completions, accuracy."""
+    run_dir = Path(run_dir)
+    rows = []
+    for seed in seed_evals(run_dir):
+        base = run_dir if seed is None else run_dir / f"seed-{seed}"
+        for a in agents:
+            log = base / "rl" / a / "train_log.jsonl"
+            if not jsonl.exists(log):
+                continue
+            for r in read_jsonl(log):
+                if "reward_mean" in r:
+                    rows.append({"seed": seed, "agent": a, "step": int(r["step"]), "reward": float(r["reward_mean"]),
+                                 "valid": float(r["format_valid"]), "accuracy": float(r.get("accuracy", np.nan))})
+    return pd.DataFrame(rows, columns=["seed", "agent", "step", "reward", "valid", "accuracy"])
+
+
+def rl_change(curves: pd.DataFrame, window: int = RL_WINDOW) -> pd.DataFrame:
+    """Per agent: steps, seeds, the mean reward (and valid share) over the first and the last ``window`` steps
+    (means over seeds), the change, and in how many seeds the last window's mean reward is above the first's.
+    A one-step mean is 16 completions, so single first and last steps are noise; windows are the least a curve's
+    direction needs."""
+    rows = []
+    for a, g in curves.groupby("agent", sort=False):
+        per = []
+        for _seed, s in g.groupby("seed", dropna=False, sort=True):
+            s = s.sort_values("step")
+            per.append((s["reward"].head(window).mean(), s["reward"].tail(window).mean(),
+                        s["valid"].head(window).mean(), s["valid"].tail(window).mean(), len(s)))
+        first, last, vf, vl, n = (np.array(x, dtype=float) for x in zip(*per))
+        rows.append({"agent": a, "steps": int(n.max()), "seeds": len(per), "reward, first steps": first.mean(),
+                     "reward, last steps": last.mean(), "change": (last - first).mean(),
+                     "seeds rising": int((last > first).sum()), "valid, first steps": vf.mean(),
+                     "valid, last steps": vl.mean()})
+    return pd.DataFrame(rows)
+
+
+def rl_line(change: pd.DataFrame, window: int = RL_WINDOW, min_steps: int = 100) -> tuple[bool, str]:
+    """(whether RL trained, the sentence): it trained when every agent ran at least ``min_steps`` steps and its mean
+    reward over the last ``window`` steps is above that over the first in every seed."""
+    if change.empty:
+        return False, "No RL records."
+    short = change[change["steps"] < min_steps]
+    flat = change[change["seeds rising"] < change["seeds"]]
+    trained = short.empty and flat.empty
+    parts = "; ".join(f"`{r['agent']}` {r['reward, first steps']:.3f} → {r['reward, last steps']:.3f} "
+                      f"(rising in {r['seeds rising']} of {r['seeds']} seeds)" for _, r in change.iterrows())
+    head = (f"**RL {'trained' if trained else 'did not train'}** by this rule (every agent at least {min_steps} steps, "
+            f"its mean reward over the last {window} steps above that over the first {window} in every seed): mean "
+            f"reward, first {window} → last {window} steps, mean over seeds: {parts}")
+    why = []
+    if not short.empty:
+        why.append(f"{', '.join(f'`{a}`' for a in short['agent'])} ran fewer than {min_steps} steps")
+    if not flat.empty:
+        why.append(f"the reward did not rise in every seed for {', '.join(f'`{a}`' for a in flat['agent'])}")
+    return trained, head + ("." if trained else f"; {' and '.join(why)}.")
+
+
+def checker_actions(records: list[dict], drafter: str = "small", checker: str = "mid") -> dict:
+    """What the checker did with the drafter's last valid draft, over the questions where both wrote a valid turn:
+    the protocol (and the PD traces, :func:`.traces.coordination_trace`) has the checker confirm when its answer
+    equals the draft and hand off to the next agent when it differs. Counts: ``questions``, ``equal`` (its answer is
+    the draft's), ``differ``, ``differ_stop`` (it differs and stops anyway), ``differ_handoff``, ``equal_stop``."""
+    out = dict.fromkeys(("questions", "equal", "differ", "differ_stop", "differ_handoff", "equal_stop"), 0)
+    for r in records:
+        valid = [t for t in r["turns"] if t.get("violation") is None]
+        drafts = [t for t in valid if t["agent"] == drafter]
+        checks = [t for t in valid if t["agent"] == checker]
+        if not drafts or not checks:
+            continue
+        c, d = checks[0], drafts[-1]
+        same = c.get("answer") == d.get("answer")
+        out["questions"] += 1
+        out["equal" if same else "differ"] += 1
+        if same and c.get("action") == "stop":
+            out["equal_stop"] += 1
+        if not same:
+            out["differ_stop" if c.get("action") == "stop" else "differ_handoff"] += int(c.get("action") in ("stop", "handoff"))
+    return out
+
+
+def checker_line(counts: dict, drafter: str = "small", checker: str = "mid", nxt: str = "big") -> str:
+    """:func:`checker_actions` in words: why the next agent speaks as often as it does."""
+    q, d = counts["questions"], counts["differ"]
+    if not q:
+        return f"`{checker}` never checked a valid draft of `{drafter}`."
+    return (f"Why `{nxt}` speaks as often as it does: the protocol, like the distillation traces, has `{checker}` confirm "
+            f"`{drafter}`'s draft when its own answer equals it and hand off to `{nxt}` when it differs. Of the {q:,} "
+            f"questions `{checker}` checked, its answer differs from the draft on **{d:,}**, and on **{counts['differ_stop']:,}"
+            f"** of those it stopped anyway ({counts['differ_handoff']:,} hand-offs to `{nxt}`): `{checker}` did not learn "
+            "the comparison the traces teach, so the question rarely reaches the largest agent of the pool.")
