@@ -427,3 +427,31 @@ def test_checker_actions_count_what_mid_did_with_small_s_draft(turns, counts):
     assert got == want
     line = A.checker_line(got)
     assert ("never checked" in line) == (not counts)
+
+
+def test_rl_change_and_line_from_windows_at_both_ends():
+    rows = []
+    for seed in (0, 1):
+        for step in range(1, 101):
+            rows.append({"seed": seed, "agent": "small", "step": step, "reward": 0.2 + 0.004 * step, "valid": 0.9,
+                         "accuracy": 0.5})
+            # mid: flat with a high last step, which a first-vs-last-step reading would call a rise
+            rows.append({"seed": seed, "agent": "mid", "step": step, "reward": 0.9 if step == 100 else 0.5,
+                         "valid": 0.9, "accuracy": 0.5})
+    ch = A.rl_change(pd.DataFrame(rows)).set_index("agent")
+    assert ch.loc["small", "seeds rising"] == 2 and ch.loc["small", "change"] == pytest.approx(0.004 * 90)
+    assert ch.loc["mid", "change"] == pytest.approx(0.04) and ch.loc["mid", "seeds rising"] == 2
+    trained, line = A.rl_line(ch.reset_index())
+    assert trained and line.startswith("**RL trained**")
+    flat = pd.DataFrame([{**r, "reward": 0.5} for r in rows])
+    trained, line = A.rl_line(A.rl_change(flat))
+    assert not trained and "the reward did not rise in every seed for `small`, `mid`" in line
+    short = pd.DataFrame([r for r in rows if r["step"] <= 40])
+    trained, line = A.rl_line(A.rl_change(short))
+    assert not trained and "ran fewer than 100 steps" in line
+
+
+def test_rl_curves_read_the_shipped_run():
+    curves = A.rl_curves(ROOT / "data/runs/collab-h200-ordered-v2")
+    assert set(curves["seed"]) == {0, 1, 2} and set(curves["agent"]) == {"small", "mid", "big"}
+    assert curves.groupby(["seed", "agent"]).size().eq(100).all()
