@@ -455,3 +455,27 @@ def test_rl_curves_read_the_shipped_run():
     curves = A.rl_curves(ROOT / "data/runs/collab-h200-ordered-v2")
     assert set(curves["seed"]) == {0, 1, 2} and set(curves["agent"]) == {"small", "mid", "big"}
     assert curves.groupby(["seed", "agent"]).size().eq(100).all()
+
+
+@pytest.mark.parametrize("text, ok", [
+    ("5e-4:8:8:200", {"lr": 5e-4, "group": 8, "prompts": 8, "steps": 200}),
+    ("1e-4:4:4:100", {"lr": 1e-4, "group": 4, "prompts": 4, "steps": 100}),
+    ("5e-4:8:8", None), ("x:8:8:200", None), ("5e-4:1:8:200", None), ("0:8:8:200", None), ("5e-4:8:0:200", None),
+])
+def test_rl_pilot_candidates_parse_or_fail_in_one_line(text, ok):
+    from polyvox.studies.collab import rl_pilot
+
+    if ok is None:
+        with pytest.raises(ValueError, match=f"candidate '{text}'"):
+            rl_pilot.parse_candidate(text)
+    else:
+        assert rl_pilot.parse_candidate(text) == ok
+        assert rl_pilot.name_of(ok) == f"lr{ok['lr']:g}-g{ok['group']}-p{ok['prompts']}-s{ok['steps']}"
+
+
+def test_rl_pilot_refuses_a_run_without_pd_in_one_line(tmp_path, capsys):
+    from polyvox.studies.collab import rl_pilot
+
+    assert rl_pilot.main(["--run", str(tmp_path), "--out", str(tmp_path / "o"), "--candidates", "1e-4:4:4:2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"polyvox: rl_pilot: {tmp_path}: no seed-0/pd/ (the PD models the pilot starts from)"
