@@ -479,3 +479,47 @@ def test_rl_pilot_refuses_a_run_without_pd_in_one_line(tmp_path, capsys):
     assert rl_pilot.main(["--run", str(tmp_path), "--out", str(tmp_path / "o"), "--candidates", "1e-4:4:4:2"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"polyvox: rl_pilot: {tmp_path}: no seed-0/pd/ (the PD models the pilot starts from)"
+
+
+@pytest.mark.slow  # draws the scale's test set (~12 s)
+def test_the_powered_scale_holds_the_questions_its_pilot_asks_for():
+    """configs/collab/h200-ordered-v2.yaml: h200-ordered with the RL pilot's recipe and a test set at least as large
+    as the chapter's power computation asks of the recorded run as a pilot (5 points at alpha/m, 80 % power)."""
+    from polyvox.studies.collab import verdicts as V
+
+    s, base = pipeline.load_scale("h200-ordered-v2"), pipeline.load_scale("h200-ordered")
+    assert {k: v for k, v in s.items() if k not in ("name", "rl", "eval")} == \
+        {k: v for k, v in base.items() if k not in ("name", "rl", "eval")}
+    assert s["rl"] == {**base["rl"], "lr": 1.0e-3, "group": 8, "steps": 150}
+    run = ROOT / "data/runs/collab-h200-ordered-v2"
+    fam = V.seed_family(V.recorded_seeds(run, run / "models"))
+    need = V.power(fam)
+    n = pipeline.n_test(s)
+    assert need.n_holm == 2476 and need.n_alpha == 1395 and n == 2497 >= need.n_holm
+
+
+def test_speaker_shares_and_ender_accuracy_on_hand_built_records():
+    recs = [{"id": "q1", "gold": "5", "metadata": {"task": "world"},
+             "turns": [_turn("small", "4", "handoff"), _turn("mid", "5", "stop")]},
+            {"id": "q2", "gold": "7", "metadata": {"task": "world"},
+             "turns": [_turn("small", "7", "handoff"), _turn("mid", "6", "stop")]},
+            {"id": "q3", "gold": "2", "metadata": {"task": "world"}, "turns": [_turn("small", "2", "stop")]}]
+    solo = [{"id": q, "gold": g, "final": f, "metadata": {"task": "world"}}
+            for q, g, f in (("q1", "5", "3"), ("q2", "7", "7"), ("q3", "2", "2"))]
+    assert A.speaker_shares(recs) == {"small": (3, 5), "mid": (2, 5), "big": (0, 5)}
+    # q1 and q2 end with mid's stop: mid right on q1, base mid right on q2; q3 ends with small
+    assert A.ender_accuracy(recs, solo) == {"questions": 2, "pool_right": 1, "solo_right": 1}
+
+
+@pytest.mark.slow  # reads the shipped run's three seeds (~15 s)
+def test_a_holm_word_whose_seed_interval_includes_zero_is_qualified():
+    """cl against homo on the shipped run: Holm-adjusted p < 0.001 over questions, but the crossed interval over seeds
+    and questions is about [-4.8, +24.8] (per-seed +16.0/+14.1/+4.9): the word holds for these trained pools only."""
+    from polyvox.studies.collab import verdicts as V
+
+    run = ROOT / "data/runs/collab-h200-ordered-v2"
+    fam = V.seed_family(V.recorded_seeds(run, run / "models"))
+    homo, large = fam.get("cl", "homo"), fam.get("cl", "solo-large")
+    assert homo.word == "higher" and homo.lo < 0 < homo.hi
+    assert "on these seeds' trained pools only" in homo.sentence()
+    assert large.word == "lower" and large.hi < 0 and "trained pools only" not in large.sentence()

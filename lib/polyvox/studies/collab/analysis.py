@@ -622,8 +622,31 @@ def checker_line(counts: dict, drafter: str = "small", checker: str = "mid", nxt
     q, d = counts["questions"], counts["differ"]
     if not q:
         return f"`{checker}` never checked a valid draft of `{drafter}`."
-    return (f"Why `{nxt}` speaks as often as it does: the protocol, like the distillation traces, has `{checker}` confirm "
+    return (f"Why `{nxt}` rarely speaks: the protocol, like the distillation traces, has `{checker}` confirm "
             f"`{drafter}`'s draft when its own answer equals it and hand off to `{nxt}` when it differs. Of the {q:,} "
             f"questions `{checker}` checked, its answer differs from the draft on **{d:,}**, and on **{counts['differ_stop']:,}"
             f"** of those it stopped anyway ({counts['differ_handoff']:,} hand-offs to `{nxt}`): `{checker}` did not learn "
             "the comparison the traces teach, so the question rarely reaches the largest agent of the pool.")
+
+
+def speaker_shares(records: list[dict], agents=("small", "mid", "big")) -> dict[str, tuple[int, int]]:
+    """Per agent: (turns it wrote, all turns) over the records."""
+    total = sum(len(r["turns"]) for r in records)
+    return {a: (sum(t["agent"] == a for r in records for t in r["turns"]), total) for a in agents}
+
+
+def ender_accuracy(pool: list[dict], solo: list[dict], agent: str = "mid") -> dict:
+    """On the questions whose last valid turn in ``pool`` is ``agent``'s stop: how often that (PD fine-tuned)
+    agent's answer is right, and how often the base model's solo answer (``solo``'s final) is right on the same
+    questions — what protocol distillation did to the agent's own skill, read from records the run has."""
+    solo_by = {r["id"]: r for r in solo}
+    n = right_pool = right_solo = 0
+    for r in pool:
+        valid = [t for t in r["turns"] if t.get("violation") is None]
+        if not valid or valid[-1]["agent"] != agent or valid[-1].get("action") != "stop" or r["id"] not in solo_by:
+            continue
+        n += 1
+        right_pool += bool(grade_answer(valid[-1].get("answer"), r["gold"], r.get("metadata", {}))[0])
+        s = solo_by[r["id"]]
+        right_solo += bool(grade_answer(s.get("final"), s["gold"], s.get("metadata", {}))[0])
+    return {"questions": n, "pool_right": int(right_pool), "solo_right": int(right_solo)}

@@ -388,6 +388,8 @@ def finding(rec: Recorded, fam: Family, pw: Power) -> tuple[str, str]:
     best = best_single(rec, fam)
     need = (f"a {100 * pw.effect:.0f}-point pool-vs-single difference needs {pw.n_alpha} paired test questions at "
             f"α = {pw.alpha:g} ({pw.n_holm} at α/m) for {100 * pw.power:.0f} % power; this run has {pw.pilot.n}"
+            + (f", short of the {pw.n_holm} (a null here would not rule out 5 points)"
+               if pw.n_holm is not None and pw.pilot.n < pw.n_holm else "")
             if pw.reason is None else f"power: {pw.reason}")
     if seeded:
         k = len(fam.seeds)
@@ -517,7 +519,10 @@ class SeedVerdict:
         else:
             s += (f", exact sign-flip {A.p_text(self.p)}, Holm-adjusted {A.p_text(self.p_holm)} (family of {self.m}, "
                   f"α = {self.alpha:g}): **{self.word}**"
-                  + (f" — {self.mde_text()}" if self.word == "not distinguishable" else ""))
+                  + (f" — {self.mde_text()}" if self.word == "not distinguishable" else "")
+                  + (" — on these seeds' trained pools only: the sign-flip test takes questions as its units, and the "
+                     "interval over seeds and questions includes 0, so the difference is not shown across training "
+                     "runs" if self.word in ("higher", "lower") and self.lo <= 0 <= self.hi else ""))
         s += f"; {self.agreement()}"
         c = self.constancy()
         return s + (f"; {c}" if c else "")
