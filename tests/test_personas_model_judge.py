@@ -305,7 +305,7 @@ def test_the_family_by_both_judges_side_by_side(runs):
     agree = int(sbs["same verdict"].sum())
     assert f"agree on **{agree} of {len(sbs)}** comparisons" in line
     drop = (sbs["rubric: n"] - sbs["judge model: n"]).astype(int)
-    assert (f"the judge model leaves out {drop.min()}–{drop.max()} prompts per comparison" in line if drop.any() else
+    assert (f"the judge model scores {drop.min()}–{drop.max()} fewer prompts than the rubric per comparison" in line if drop.any() else
             "the judge model scored as many prompts as the rubric in every comparison" in line)
     first = sbs[~sbs["same verdict"]].iloc[0]
     words = f"rubric: {first['rubric: verdict']}, judge model: {first['judge model: verdict']}"

@@ -193,8 +193,8 @@ def _collab(root: Path) -> list[Finding]:
     d = acc - h["em_percent"]
     out.append(Finding("collab", f"MATH headline {h['em_percent']:.2f}% exact match",
                        "reproduced" if abs(d) <= PP_TOL and n_rows == h["problems"] else "differs",
-                       f"this project's hand tally of the log's rows, which an independent recount agrees with "
-                       f"(polyvox.studies.collab.audit_count): {n_correct} of {n_rows} = {acc:.2f}% (Δ {d:+.3f} points, "
+                       f"this project's hand tally of the log's rows (recount it from a copy of the log with "
+                       f"polyvox.studies.collab.audit_count): {n_correct} of {n_rows} = {acc:.2f}% (Δ {d:+.3f} points, "
                        f"tolerance {PP_TOL} points); but {first} of the {n_correct} correct rows were scored from the "
                        "first tentative answer", "book/collab/audit"))
     # the miniature's row: the chapter's own verdicts (studies/collab/verdicts.py), with their conditions — the

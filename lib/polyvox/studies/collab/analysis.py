@@ -543,14 +543,22 @@ def rl_curves(run_dir: str | Path, agents=("small", "mid", "big")) -> pd.DataFra
     for seed in seed_evals(run_dir):
         base = run_dir if seed is None else run_dir / f"seed-{seed}"
         for a in agents:
-            log = base / "rl" / a / "train_log.jsonl"
-            if not jsonl.exists(log):
-                continue
-            for r in read_jsonl(log):
-                if "reward_mean" in r:
-                    rows.append({"seed": seed, "agent": a, "step": int(r["step"]), "reward": float(r["reward_mean"]),
-                                 "valid": float(r["format_valid"]), "accuracy": float(r.get("accuracy", np.nan))})
-    return pd.DataFrame(rows, columns=["seed", "agent", "step", "reward", "valid", "accuracy"])
+            rows += rl_steps(base / "rl" / a / "train_log.jsonl", seed, a)
+    return pd.DataFrame(rows, columns=RL_COLUMNS)
+
+
+RL_COLUMNS = ["seed", "agent", "step", "reward", "valid", "accuracy", "all_equal"]
+
+
+def rl_steps(log: str | Path, seed, agent: str) -> list[dict]:
+    """One agent's RL steps from its ``train_log.jsonl`` (plain or gzipped; none when absent) in
+    :data:`RL_COLUMNS`: mean reward, protocol-valid share, accuracy, share of groups scoring all alike."""
+    if not jsonl.exists(log):
+        return []
+    return [{"seed": seed, "agent": agent, "step": int(r["step"]), "reward": float(r["reward_mean"]),
+             "valid": float(r["format_valid"]), "accuracy": float(r.get("accuracy", np.nan)),
+             "all_equal": float(r.get("frac_groups_all_equal", np.nan))}
+            for r in read_jsonl(log) if "reward_mean" in r]
 
 
 def rl_change(curves: pd.DataFrame, window: int = RL_WINDOW) -> pd.DataFrame:
@@ -610,10 +618,10 @@ def checker_actions(records: list[dict], drafter: str = "small", checker: str = 
         same = c.get("answer") == d.get("answer")
         out["questions"] += 1
         out["equal" if same else "differ"] += 1
-        if same and c.get("action") == "stop":
-            out["equal_stop"] += 1
-        if not same:
-            out["differ_stop" if c.get("action") == "stop" else "differ_handoff"] += int(c.get("action") in ("stop", "handoff"))
+        key = {(True, "stop"): "equal_stop", (False, "stop"): "differ_stop",
+               (False, "handoff"): "differ_handoff"}.get((same, c.get("action")))
+        if key:
+            out[key] += 1
     return out
 
 

@@ -25,7 +25,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from ...records import read_jsonl
 from . import analysis as A
 
 AGENTS = ("small", "mid", "big")
@@ -69,15 +68,8 @@ def train_candidate(run: Path, seed: int, scale: str, c: dict, out: Path, agents
 
 def curves(folder: Path, agents=AGENTS) -> pd.DataFrame:
     """A candidate's RL steps in :func:`.analysis.rl_curves`' columns (seed 0: one seed per candidate)."""
-    rows = []
-    for a in agents:
-        log = folder / a / "train_log.jsonl"
-        if log.is_file():
-            rows += [{"seed": 0, "agent": a, "step": int(r["step"]), "reward": float(r["reward_mean"]),
-                      "valid": float(r["format_valid"]), "accuracy": float(r.get("accuracy", float("nan"))),
-                      "all_equal": float(r.get("frac_groups_all_equal", float("nan")))}
-                     for r in read_jsonl(log) if "reward_mean" in r]
-    return pd.DataFrame(rows, columns=["seed", "agent", "step", "reward", "valid", "accuracy", "all_equal"])
+    return pd.DataFrame([row for a in agents for row in A.rl_steps(folder / a / "train_log.jsonl", 0, a)],
+                        columns=A.RL_COLUMNS)
 
 
 def summarize(out: Path, cands: list[dict]) -> list[dict]:

@@ -336,12 +336,14 @@ def family_frames(run, heads: pd.DataFrame, trunc: pd.DataFrame, seeds, arms, ju
 
 
 def chapter_family(run, heads: pd.DataFrame, trunc: pd.DataFrame, seeds, arms, judge_, main=MAIN, n_boot: int = N_BOOT,
-                   systems=("router_head", "oracle_head")) -> pd.DataFrame:
-    """The chapter's family, one row per comparison it states a verdict for (:func:`family_frames`), every row
-    pooled over seeds (:func:`pooled`), then :func:`family`. ``attrs['pilot']``: per system, the raw view's seed ×
-    user table."""
+                   systems=("router_head", "oracle_head"), fframes=None) -> pd.DataFrame:
+    """The chapter's family, one row per comparison it states a verdict for (:func:`family_frames`, or ``fframes``
+    when the caller has them already), every row pooled over seeds (:func:`pooled`), then :func:`family`.
+    ``attrs['pilot']``: per system, the raw view's seed × user table."""
     rows, pilot = [], {}
-    for meta, frames in family_frames(run, heads, trunc, seeds, arms, judge_, main, systems):
+    if fframes is None:
+        fframes = family_frames(run, heads, trunc, seeds, arms, judge_, main, systems)
+    for meta, frames in fframes:
         if meta["kind"] == "forward vs reverse" and meta["view"] == "raw":
             pilot[meta["system"]] = cells(frames)[:2]
         rows.append({**meta, **pooled(frames, n_boot)})
@@ -490,11 +492,11 @@ def side_by_side_line(sbs: pd.DataFrame, names) -> str:
     differ = sbs[~sbs["same verdict"]]
     drop = (sbs[f"{a}: n"] - sbs[f"{b}: n"]).astype(int)
     share = float((drop / sbs[f"{a}: n"].where(sbs[f"{a}: n"] > 0)).max()) if len(sbs) else 0.0
+    # a prompt scores only when both orders parse; k of n prompts left out move a win rate by at most k/(2n)
     scored = (f"the {b} scored as many prompts as the {a} in every comparison" if not drop.any() else
-              f"the {b} leaves out {drop.min()}–{drop.max()} prompts per comparison where it leaves any (an order's "
-              f"reply unparseable: a prompt scores only when both orders parse; the {a} {'leaves out none' if (sbs[f'{a}: n'] >= sbs[f'{b}: n']).all() else 'differs too'}), "
-              f"at most {100 * share:.2f}% of a comparison's prompts, too few to move a win rate by "
-              f"{50 * share:.2f} points")
+              f"the {b} scores {drop.min()}–{drop.max()} fewer prompts than the {a} per comparison (an order's reply "
+              f"unparseable), at most {100 * share:.2f}% of a comparison's prompts, which can move a win rate by at "
+              f"most {50 * share:.2f} points")
     return (f"Same comparisons, both orders: {scored}. Their verdicts (each judge's p values Holm-corrected "
             f"within its own family) agree on **{len(sbs) - len(differ)} of {len(sbs)}** comparisons"
             + ("." if not len(differ) else "; they differ on " + "; ".join(
@@ -585,7 +587,7 @@ def disagreement_lines(ff_first, ff_second, names, sbs: pd.DataFrame) -> list[st
             base_rows.append(f"{name} {int(m['outcome'].eq('L').sum())} vs {int(m['other'].eq('L').sum())}")
     out = []
     if lines:
-        out.append(f"Where the two judges' verdicts part: " + "; ".join(lines) + ".")
+        out.append("Where the two judges' verdicts part: " + "; ".join(lines) + ".")
     if base_rows:
         out.append(f"Against base, the {b} gives base a win on (rows in order, {b} vs {a}): " + ", ".join(base_rows)
                    + f" prompts; where it gives base none, its higher win rates say that it does not credit base's "
