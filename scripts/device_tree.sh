@@ -17,6 +17,7 @@ cd "$(git rev-parse --show-toplevel)"
 # what no device call reads (a world call reads data/models and data/runs/world/models/ alone; a collab or
 # personas call trains its own models)
 SLIM=(data/runs/personas-h200 data/runs/personas-h200-v3 data/runs/collab-h200 data/runs/collab-h200-ordered data/runs/collab-h200-ordered-v2
+      data/runs/collab-h200-ordered-v3
       data/models/collab-h200 data/runs/world/seed-0 data/runs/world/seed-1 data/runs/world/seed-2 data/runs/world/seed-3
       data/runs/world/seed-4 data/runs/world/bands data/runs/world/bands-redraw data/runs/world/pilot
       data/runs/world/launch)

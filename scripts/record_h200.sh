@@ -151,8 +151,8 @@ PY
     # issue 23's runs (SCALE, default h200-ordered; h200-ordered-v2: the powered one): the ordered pool, its validation check, PD with the
     # protocol-validity check, 100 RL steps, seeds 0-2 at once under MPS); resumable (a second start continues):
     #   here: scripts/device_tree.sh prepare HEAD; call 1 carries .whl and .rec as for world-v2, then
-    #   scripts/record_detached.sh start collab bash scripts/record_h200.sh runs/collab-h200-ordered-v2 collab-ordered 3000;
-    #   every call: scripts/record_detached.sh watch SECONDS collab, then PACK_KEEP='*' ... pack $OUT runs/collab-h200-ordered-v2
+    #   SCALE=h200-ordered-v2 scripts/record_detached.sh start collab bash scripts/record_h200.sh runs/collab-h200-ordered-v3 collab-ordered 3000;
+    #   every call: scripts/record_detached.sh watch SECONDS collab, then PACK_KEEP='*' ... pack $OUT runs/collab-h200-ordered-v3
     # shellcheck disable=SC2086 - MPS is a word or none
     timeout "$budget" python3 -m polyvox.cli collab run --out "$out" --scale "${SCALE:-h200-ordered}" \
       --parallel "${PARALLEL:-3}" ${MPS---mps} 2>&1 | quiet | tail -40

@@ -451,10 +451,36 @@ def test_rl_change_and_line_from_windows_at_both_ends():
     assert not trained and "ran fewer than 100 steps" in line
 
 
-def test_rl_curves_read_the_shipped_run():
-    curves = A.rl_curves(ROOT / "data/runs/collab-h200-ordered-v2")
-    assert set(curves["seed"]) == {0, 1, 2} and set(curves["agent"]) == {"small", "mid", "big"}
-    assert curves.groupby(["seed", "agent"]).size().eq(100).all()
+def test_rl_curves_read_the_shipped_runs():
+    """v2 (lr 1e-4, 100 steps) did not train by the chapter's rule; v3 (the RL pilot's recipe, 150 steps) did."""
+    for name, steps, trains in (("collab-h200-ordered-v2", 100, False), ("collab-h200-ordered-v3", 150, True)):
+        curves = A.rl_curves(ROOT / "data/runs" / name)
+        assert set(curves["seed"]) == {0, 1, 2} and set(curves["agent"]) == {"small", "mid", "big"}
+        assert curves.groupby(["seed", "agent"]).size().eq(steps).all()
+        assert A.rl_line(A.rl_change(curves))[0] is trains, name
+
+
+class _Said:
+    """A verdict as rl_scope_line reads it: its word and its sentence."""
+
+    def __init__(self, word):
+        self.word = word
+
+    def sentence(self):
+        return f"<{self.word} sentence>"
+
+
+@pytest.mark.parametrize("word, says", [
+    ("lower", "did **not** carry over: on the pool's test questions RL lowered accuracy"),
+    ("higher", "the rise in reward carried over"),
+    ("not distinguishable", "no change from RL is detected"),
+    ("refused", "is not tested (refused)"),
+])
+def test_rl_scope_line_says_where_the_reward_is_measured_and_what_carried(word, says):
+    rl = {"steps": 150, "group": 8, "prompts": 4, "problems": 64, "lr": 1e-3, "max_tokens": 80}
+    line = A.rl_scope_line(rl, _Said(word))
+    assert "64 per agent" in line and "drawn about 9.4 times over 150 steps of 4 prompts × 8 completions" in line
+    assert says in line and ("<" in line) == (word != "refused")
 
 
 @pytest.mark.parametrize("text, ok", [
@@ -496,6 +522,14 @@ def test_the_powered_scale_holds_the_questions_its_pilot_asks_for():
     need = V.power(fam)
     n = pipeline.n_test(s)
     assert need.n_holm == 2476 and need.n_alpha == 1395 and n == 2497 >= need.n_holm
+    assert V.POWER_PILOTS["h200-ordered-v2"] == "data/runs/collab-h200-ordered-v2"
+    # the powered run itself: its own psi is larger, so it falls short at alpha/m and says so
+    run3 = ROOT / "data/runs/collab-h200-ordered-v3"
+    pw3 = V.power(V.seed_family(V.recorded_seeds(run3, run3 / "models")))
+    assert pw3.n_alpha <= pw3.pilot.n == 2497 < pw3.n_holm and 0.05 < pw3.mde_holm < 0.06
+    line = V.plan_line("h200-ordered-v2", pw3)
+    assert f"detects {100 * pw3.mde_holm:.1f} points, not 5" in line and "met at α" in line
+    assert V.plan_line("h200-ordered", pw3) == "The `h200-ordered` scale's test size was not planned from a pilot."
 
 
 def test_speaker_shares_and_ender_accuracy_on_hand_built_records():
@@ -514,12 +548,17 @@ def test_speaker_shares_and_ender_accuracy_on_hand_built_records():
 @pytest.mark.slow  # reads the shipped run's three seeds (~15 s)
 def test_a_holm_word_whose_seed_interval_includes_zero_is_qualified():
     """cl against homo on the shipped run: Holm-adjusted p < 0.001 over questions, but the crossed interval over seeds
-    and questions is about [-4.8, +24.8] (per-seed +16.0/+14.1/+4.9): the word holds for these trained pools only."""
+    and questions is about [-8.2, +17.7]: the word holds for these trained pools only; cl against solo-large's
+    interval lies below 0."""
     from polyvox.studies.collab import verdicts as V
 
-    run = ROOT / "data/runs/collab-h200-ordered-v2"
+    run = ROOT / "data/runs/collab-h200-ordered-v3"
     fam = V.seed_family(V.recorded_seeds(run, run / "models"))
     homo, large = fam.get("cl", "homo"), fam.get("cl", "solo-large")
     assert homo.word == "higher" and homo.lo < 0 < homo.hi
     assert "on these seeds' trained pools only" in homo.sentence()
     assert large.word == "lower" and large.hi < 0 and "trained pools only" not in large.sentence()
+    # RL trained on its reward (test_rl_curves_read_the_shipped_runs) and lowered test accuracy in every seed
+    rl = fam.get("cl", "cl-pd")
+    assert rl.word == "lower" and rl.hi < 0 and "RL lowered accuracy" in A.rl_scope_line(
+        pipeline.load_scale("h200-ordered-v2")["rl"], rl)

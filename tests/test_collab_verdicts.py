@@ -167,11 +167,13 @@ def test_power_from_the_recorded_pilot(fam):
     pw = V.power(fam)
     assert (pw.pilot.a_only + pw.pilot.b_only, pw.pilot.n) == (57, 240)
     # α/m over the family the pool-vs-single test belongs to once tested: the 12 members and it (refused here)
-    assert (pw.n_alpha, pw.n_holm, pw.m, fam.m) == (744, 1321, 13, 12) and pw.planned == {"h200-ordered": 1357}
+    assert (pw.n_alpha, pw.n_holm, pw.m, fam.m) == (744, 1321, 13, 12)
+    assert pw.planned == {"h200-ordered": 1357, "h200-ordered-v2": 2497}
     assert pw.n_alpha == A.mcnemar_n(0.05, 57 / 240) and pw.n_holm == A.mcnemar_n(0.05, 57 / 240, 0.05 / 13)
-    assert 0.08 < pw.mde_alpha < 0.09
+    assert 0.08 < pw.mde_alpha < 0.09 and pw.mde_holm == A.mcnemar_mde(240, 57 / 240, 0.05 / 13) > pw.mde_alpha
     s = pw.sentence()
-    for text in ("**744**", "**1321**", "0.05/13", "**240**", "57 of 240", "plans 1357: enough at both levels", "independent"):
+    for text in ("**744**", "**1321**", "0.05/13", "**240**", "57 of 240", "plans 1357: enough at both levels",
+                 f"and {100 * pw.mde_holm:.1f} at α/m", "plans 2497: enough at both levels", "independent"):
         assert text in s, text
 
 
@@ -298,15 +300,16 @@ def test_the_findings_row_is_the_chapter_s(rec, fam, monkeypatch):
 
 @pytest.mark.slow
 def test_the_findings_row_reads_the_shipped_ordered_run():
-    """The book's row reads data/runs/collab-h200-ordered-v2 (3 seeds, the ordered pool): the chapter's verdict with
+    """The book's row reads data/runs/collab-h200-ordered-v3 (3 seeds, the ordered pool, the powered test set): the chapter's verdict with
     its conditions (ordering, Holm, power, seeds)."""
     from polyvox.book import findings as F
 
     run = ROOT / "data" / F.COLLAB_RUN
-    assert F.COLLAB_RUN == "runs/collab-h200-ordered-v2" and F.COLLAB_MODELS is None
+    assert F.COLLAB_RUN == "runs/collab-h200-ordered-v3" and F.COLLAB_MODELS is None
     rows = [f for f in F._collab(ROOT) if f.chapter == "book/collab/miniature"]
     assert (rows[0].claim, rows[0].detail) == V.finding_of(run, run / "models")
     assert "size ordering holds on the validation split" in rows[0].detail and "3 seeds of PD, RL" in rows[0].detail
+    assert "RL against protocol distillation alone (`cl` against `cl-pd`): **lower** (-6.7 points)" in rows[0].detail
 
 
 # ------------------------------------------------------------------ the chapter calls these, and says so

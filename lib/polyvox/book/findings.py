@@ -174,7 +174,7 @@ def _vocab(model: Path) -> int:
 
 # Part III's recorded run and its models, under data/ (models None: the run's own <run>/models, as a seeded run of
 # `polyvox collab run` keeps them); unseeded or seeded, its row reads the chapter's verdicts (V.finding_of)
-COLLAB_RUN, COLLAB_MODELS = "runs/collab-h200-ordered-v2", None
+COLLAB_RUN, COLLAB_MODELS = "runs/collab-h200-ordered-v3", None
 
 
 def _collab(root: Path) -> list[Finding]:

@@ -532,7 +532,7 @@ def identical_across_seeds(frames: list[pd.DataFrame], column: str = "correct") 
 
 # ---------------------------------------------------------------- the RL stage's curves (issue 23, item 3)
 
-RL_WINDOW = 10  # steps averaged at each end of an RL curve: one step's mean reward is 16 completions (4 prompts × 4)
+RL_WINDOW = 10  # steps averaged at each end of an RL curve: one step's mean reward is prompts × group completions (16-32)
 
 
 def rl_curves(run_dir: str | Path, agents=("small", "mid", "big")) -> pd.DataFrame:
@@ -600,6 +600,26 @@ def rl_line(change: pd.DataFrame, window: int = RL_WINDOW, min_steps: int = 100)
     if not flat.empty:
         why.append(f"the reward did not rise in every seed for {', '.join(f'`{a}`' for a in flat['agent'])}")
     return trained, head + ("." if trained else f"; {' and '.join(why)}.")
+
+
+def rl_scope_line(rl: dict, carried) -> str:
+    """What the RL reward is measured on, from the scale's ``rl`` settings, and whether its change carried to the
+    test set: ``carried`` is the across-seed verdict of ``cl`` (PD + RL) against ``cl-pd`` (PD only; a
+    :class:`.verdicts.Verdict` with ``word`` and ``sentence()``). The stage (:func:`.pipeline.rl_problems`) draws
+    ``problems`` agent states from the distillation traces of training questions — scripted drafts, not the pool's
+    own turns — and samples ``prompts`` of them per step, so each state is drawn steps × prompts / problems times on
+    average; the train log records no held-out reward."""
+    draws = rl["steps"] * rl["prompts"] / rl["problems"]
+    head = (f"The reward above is measured on the RL stage's own training states: {rl['problems']} per agent, taken "
+            "from the distillation traces of training questions (scripted drafts, not the pool's own turns), each "
+            f"drawn about {draws:.1f} times over {rl['steps']} steps of {rl['prompts']} prompts × {rl['group']} "
+            "completions; no held-out reward is recorded. ")
+    tail = {"higher": "so the rise in reward carried over to the pool's test questions",
+            "lower": "so the rise in reward did **not** carry over: on the pool's test questions RL lowered accuracy",
+            "not distinguishable": "so no change from RL is detected on the pool's test questions"}.get(carried.word)
+    if tail is None:
+        return head + f"`cl` against `cl-pd` is not tested ({carried.word})."
+    return head + f"On the test set, `cl` (PD + RL) against `cl-pd` (PD only): {carried.sentence()}: {tail}."
 
 
 def checker_actions(records: list[dict], drafter: str = "small", checker: str = "mid") -> dict:

@@ -45,7 +45,9 @@ POWER = 0.8
 POOL, SINGLE = "cl", "solo-large"
 PROJECTED = {"first": "cl (first tentative answer)", "final": "cl (confirmed answer)"}  # one test of the family
 VIEW_WORDS = {"study": "by the study's formula", "full": "with prompt tokens"}  # :data:`.cost.VIEWS` in prose
-PLANNED = ("h200-ordered",)  # scales configured for the powered run; their test size is shown beside the need
+# scale -> the recorded run whose seeds sized its test set (the scale's header states the plan; a test recomputes it)
+POWER_PILOTS = {"h200-ordered-v2": "data/runs/collab-h200-ordered-v2"}
+PLANNED = ("h200-ordered", "h200-ordered-v2")  # the ordered pool's scales; their test size is shown beside the need
 Word = Literal["higher", "lower", "not distinguishable", "refused"]
 NAN = float("nan")
 
@@ -286,6 +288,7 @@ class Power:
     mde_alpha: float  # what the pilot's own n detects at α
     planned: dict  # scale → its test questions (configs)
     reason: str | None = None  # why no n (the pilot's discordance below the effect)
+    mde_holm: float = NAN  # what the pilot's own n detects at α/m
 
     def sentence(self) -> str:
         v, at = self.pilot, f"{100 * self.power:.0f} % power"
@@ -302,12 +305,28 @@ class Power:
         s += (f"{100 * self.effect:.0f}-point accuracy difference with {at} at α = {self.alpha:g}, and "
               f"**{self.n_holm}** at α/m = {self.alpha:g}/{self.m} (Holm's strictest step over this chapter's "
               f"family with `{v.a}` against `{v.b}` a member, as it is once tested). This run has **{v.n}**, which "
-              f"detects {100 * self.mde_alpha:.1f} points at "
-              f"α = {self.alpha:g}")
+              f"detects {100 * self.mde_alpha:.1f} points at α = {self.alpha:g}"
+              + (f" and {100 * self.mde_holm:.1f} at α/m" if self.mde_holm == self.mde_holm else ""))
         for scale, n in self.planned.items():
             s += (f"; the `{scale}` scale plans {n}: " + ("enough at both levels" if n >= self.n_holm else
                   "enough at α, not at α/m" if n >= self.n_alpha else "too few at either level"))
         return s + ". The formula counts questions as independent."
+
+
+def plan_line(scale: str, pw: Power) -> str:
+    """How this run's test size was chosen: from a pilot run (:data:`POWER_PILOTS`) or not at all, and what the run
+    detects at α/m now that its own discordance is known (which the plan could only estimate)."""
+    pilot = POWER_PILOTS.get(scale)
+    if pilot is None:
+        return f"The `{scale}` scale's test size was not planned from a pilot."
+    met = pw.n_holm is not None and pw.pilot.n >= pw.n_holm
+    return (f"The `{scale}` scale's test size was planned before the run, from `{pilot}` as the pilot (the scale's "
+            f"header gives the plan: {100 * pw.effect:.0f} points at {100 * pw.power:.0f} % power at α/m). "
+            + ("With this run's own ψ the plan holds." if met else
+               f"This run's own ψ is larger than the pilot's, so at α/m it detects {100 * pw.mde_holm:.1f} points, "
+               f"not {100 * pw.effect:.0f}: short of the plan at Holm's strictest step, met at α."
+               if pw.n_alpha is not None and pw.pilot.n >= pw.n_alpha else
+               f"With this run's own ψ it detects {100 * pw.mde_holm:.1f} points at α/m: short of the plan."))
 
 
 def planned_sizes(scales=PLANNED) -> dict[str, int]:
@@ -333,20 +352,22 @@ def power(fam: Family, effect: float = EFFECT, power: float = POWER, scales=PLAN
     psi, planned = v.discordance, planned_sizes(scales)
     if isinstance(fam, SeedFamily):  # across seeds: the sign-flip test's n and MDE (Connor's with ψ = mean dᵢ²)
         mde = A.paired_mde(v.n, psi, alpha, power) if v.n else NAN
+        mde_m = A.paired_mde(v.n, psi, alpha / m, power) if v.n else NAN
         if not (v.n and 0 < effect * effect <= psi <= 1):
             why = (f"no sample size follows: the pilot's mean squared per-question difference is below the square of "
                    f"the {100 * effect:.0f}-point difference (which could not then occur); a pilot whose systems "
                    "differ on more questions is needed.")
-            return Power(v, effect, power, alpha, m, None, None, mde, planned, why)
+            return Power(v, effect, power, alpha, m, None, None, mde, planned, why, mde_m)
         return Power(v, effect, power, alpha, m, A.paired_n(effect, psi, alpha, power),
-                     A.paired_n(effect, psi, alpha / m, power), mde, planned)
+                     A.paired_n(effect, psi, alpha / m, power), mde, planned, mde_holm=mde_m)
     mde = A.mcnemar_mde(v.n, psi, alpha, power) if v.n else NAN
+    mde_m = A.mcnemar_mde(v.n, psi, alpha / m, power) if v.n else NAN
     if not (v.n and 0 < effect <= psi <= 1):
         why = (f"no sample size follows: the pilot's discordant share is below the {100 * effect:.0f}-point difference "
                "(which could not then occur); a pilot with more discordant questions is needed.")
-        return Power(v, effect, power, alpha, m, None, None, mde, planned, why)
+        return Power(v, effect, power, alpha, m, None, None, mde, planned, why, mde_m)
     return Power(v, effect, power, alpha, m, A.mcnemar_n(effect, psi, alpha, power),
-                 A.mcnemar_n(effect, psi, alpha / m, power), mde, planned)
+                 A.mcnemar_n(effect, psi, alpha / m, power), mde, planned, mde_holm=mde_m)
 
 
 def cost_views(allq: pd.DataFrame) -> pd.DataFrame:
@@ -391,16 +412,24 @@ def finding(rec: Recorded, fam: Family, pw: Power) -> tuple[str, str]:
             + (f", short of the {pw.n_holm} (a null here would not rule out 5 points)"
                if pw.n_holm is not None and pw.pilot.n < pw.n_holm else "")
             if pw.reason is None else f"power: {pw.reason}")
+    arms = "the pool's agents are fine-tuned (protocol distillation, then RL), the single models are the base models"
+    rl = next((v for v in fam.verdicts + fam.refused if {v.a, v.b} == {POOL, "cl-pd"}), None)
+    if rl is not None:  # a family without the ablation (a run without cl-pd) says nothing of RL
+        rl = fam.get(POOL, "cl-pd")
+        arms += (f"; RL against protocol distillation alone (`{POOL}` against `cl-pd`): **{rl.word}**"
+                 + (f" ({100 * (rl.acc_a - rl.acc_b):+.1f} points)" if rl.word != "refused" else ""))
     if seeded:
         k = len(fam.seeds)
         return claim, (f"{head}. Beside it, `{POOL}` against its most accurate single member `{best}`: "
-                       f"{fam.get(POOL, best).sentence()}. Holm across the chapter's {fam.m} exact sign-flip tests of "
+                       f"{fam.get(POOL, best).sentence()}. {arms[0].upper() + arms[1:]}. "
+                       f"Holm across the chapter's {fam.m} exact sign-flip tests of "
                        f"the per-question mean correctness over {k} seeds (each seed's own McNemar family beside); "
                        f"{need.rstrip('.')}; {k} seeds of PD, RL and evaluation ({', '.join(map(str, fam.seeds))}) "
                        "on one model "
                        "pool and one test draw")
     return claim, (f"{head}. Beside it, `{POOL}` against its most accurate single member `{best}`: "
-                   f"{fam.get(POOL, best).sentence()}. Holm across the chapter's {fam.m} exact McNemar tests; {need}; "
+                   f"{fam.get(POOL, best).sentence()}. {arms[0].upper() + arms[1:]}. Holm across the chapter's "
+                   f"{fam.m} exact McNemar tests; {need}; "
                    "one seed, one test draw")
 
 
