@@ -197,7 +197,7 @@ def test_an_unseeded_run_reads_as_before():
     assert list(recs) == [None] and rec.seed is None and isinstance(fam, V.Family)
     assert rec.stage("eval") == RUN / "eval" and rec.stage("models") == RUN / "models"
     pd.testing.assert_frame_equal(fam.table(), V.chapter_family(V.recorded(RUN, MODELS)).table())
-    assert V.finding_of(RUN, MODELS) == V.finding(rec, fam, V.power(fam))
+    assert V.finding_of(RUN, MODELS) == V.finding(rec, fam, V.power(fam), recs)
     assert V.seeds_line(recs).startswith("One run, unseeded")
     with pytest.raises(ValueError, match="no seed 0"):
         V.recorded(RUN, MODELS, seed=0)

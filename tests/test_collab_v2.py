@@ -562,3 +562,58 @@ def test_a_holm_word_whose_seed_interval_includes_zero_is_qualified():
     rl = fam.get("cl", "cl-pd")
     assert rl.word == "lower" and rl.hi < 0 and "RL lowered accuracy" in A.rl_scope_line(
         pipeline.load_scale("h200-ordered-v2")["rl"], rl)
+
+
+def _curve(seed, agent, rewards, valid):
+    return [{"seed": seed, "agent": agent, "step": i + 1, "reward": r, "valid": v, "accuracy": r, "all_equal": 0.0}
+            for i, (r, v) in enumerate(zip(rewards, valid))]
+
+
+def test_rl_noise_and_validity_read_windows_and_rolling_shares():
+    steep = [0.2 + 0.01 * (i % 2) for i in range(10)] + [0.5] * 80 + [0.8 + 0.01 * (i % 2) for i in range(10)]
+    wobbly = [0.5 + 0.3 * (i % 2) for i in range(100)]  # same windows at both ends: no rise, large noise
+    valid = [0.95] * 40 + [0.2] * 10 + [0.95] * 40 + [0.7] * 10
+    curves = pd.DataFrame(_curve(0, "small", steep, valid) + _curve(0, "mid", wobbly, [1.0] * 100))
+    noise = A.rl_noise(curves).set_index("agent")
+    assert noise.loc["small", "z"] > 2 and noise.loc["small", "change"] == pytest.approx(0.6)
+    assert noise.loc["mid", "change"] == pytest.approx(0.0) and abs(noise.loc["mid", "z"]) < 2
+    trained, line = A.rl_line(A.rl_change(curves), noise=A.rl_noise(curves))
+    assert "by more than two standard errors of the window means in 1)" in line
+    assert "by more than two standard errors of the window means in 0)" in line
+    val = A.rl_validity(curves).set_index("agent")
+    assert val.loc["small", "valid, last steps"] == pytest.approx(0.7)
+    assert val.loc["small", "lowest rolling share"] == pytest.approx(0.2) and val.loc["small", "at step"] == 50
+    said = A.rl_validity_line(A.rl_validity(curves), 0.9)
+    assert "does not score whether a turn is a valid protocol action" in said
+    assert "`small` 0.70 (lowest rolling 10-step share 0.20, step 50)" in said
+    assert "Below the 90 % that PD had to reach: `small` in 1 of 1." in said
+    assert "Every agent stays" in A.rl_validity_line(A.rl_validity(curves[curves.agent == "mid"]), 0.9)
+
+
+def _t(agent, action, violation=None, forced=None):
+    return {"agent": agent, "answer": "1", "action": action, "violation": violation, "forced_handoff": forced}
+
+
+def test_protocol_by_seed_and_reach_line_on_hand_built_records():
+    voluntary = {"turns": [_t("small", "handoff"), _t("mid", "handoff"), _t("big", "stop")]}
+    forced = {"turns": [_t("small", "handoff"), _t("mid", None, "no action"), _t("mid", None, "no action", "big"),
+                        _t("big", "stop")]}
+    ends_small = {"turns": [_t("small", "stop")]}
+    runs = {0: {"cl": [forced, ends_small], "cl-pd": [voluntary]}, 1: {"cl": [ends_small], "cl-pd": [voluntary]}}
+    t = A.protocol_by_seed(runs).set_index(["system", "seed"])
+    assert t.loc[("cl", 0), "mid→big forced"] == 1 and t.loc[("cl", 0), "mid→big voluntary"] == 0
+    assert t.loc[("cl", 0), "last turn big"] == 1 and t.loc[("cl", 0), "last turn small"] == 1
+    assert t.loc[("cl", 0), "violations"] == 2 and t.loc[("cl", 0), "small share"] == pytest.approx(2 / 5)
+    assert t.loc[("cl-pd", 1), "mid→big voluntary"] == 1 and t.loc[("cl", 1), "turns"] == 1
+    by = A.protocol_by_seed(runs)
+    assert "reached only when the scheduler forces a hand-off" in A.reach_line(by, "cl")
+    assert "voluntary/forced per seed: 0/1, 0/0" in A.reach_line(by, "cl")
+    assert "reached by `mid`'s choice 2 times" in A.reach_line(by, "cl-pd")
+    assert "never reached" in A.reach_line(A.protocol_by_seed({0: {"cl": [ends_small]}}), "cl")
+
+
+def test_rl_scope_line_names_the_states_mix():
+    rl = {"steps": 150, "group": 8, "prompts": 4, "problems": 64}
+    line = A.rl_scope_line(rl, _Said("lower"), {"small": 28, "mid": 34, "big": 24}, 30 / 2497)
+    assert "unslipped only" in line and "28 of `small`'s, 34 of `mid`'s, 24 of `big`'s 64 states" in line
+    assert "against 1.2 % of the test questions" in line

@@ -292,7 +292,7 @@ def test_the_findings_row_is_the_chapter_s(rec, fam, monkeypatch):
     monkeypatch.setattr(F, "COLLAB_MODELS", "models/collab-h200")
     rows = [f for f in F._collab(ROOT) if f.chapter == "book/collab/miniature"]
     assert len(rows) == 1
-    claim, detail = V.finding(rec, fam, V.power(fam))
+    claim, detail = V.finding(rec, fam, V.power(fam), {None: rec})
     assert (rows[0].claim, rows[0].detail, rows[0].status) == (claim, detail, "miniature only")
     assert "**refused**: the size-ordering check fails" in detail and "a collaborating pool beats" not in detail.lower()
     assert "744 paired test questions" in detail and "this run has 240" in detail
@@ -310,6 +310,10 @@ def test_the_findings_row_reads_the_shipped_ordered_run():
     assert (rows[0].claim, rows[0].detail) == V.finding_of(run, run / "models")
     assert "size ordering holds on the validation split" in rows[0].detail and "3 seeds of PD, RL" in rows[0].detail
     assert "RL against protocol distillation alone (`cl` against `cl-pd`): **lower** (-6.7 points)" in rows[0].detail
+    for said in ("`solo-mid` alone is more accurate than `cl` (Holm) and no dearer in either cost view",
+                 "`big` speaks only after the scheduler's forced hand-offs", "right less often than base `mid` alone in "
+                 "every seed", "short of the 2854 at α/m (it detects 5.3 points there)", "1608 test questions, each run in 3 seeds"):
+        assert said in rows[0].detail, said
 
 
 # ------------------------------------------------------------------ the chapter calls these, and says so

@@ -581,16 +581,23 @@ def rl_change(curves: pd.DataFrame, window: int = RL_WINDOW) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def rl_line(change: pd.DataFrame, window: int = RL_WINDOW, min_steps: int = 100) -> tuple[bool, str]:
+def rl_line(change: pd.DataFrame, window: int = RL_WINDOW, min_steps: int = 100,
+            noise: pd.DataFrame | None = None) -> tuple[bool, str]:
     """(whether RL trained, the sentence): it trained when every agent ran at least ``min_steps`` steps and its mean
-    reward over the last ``window`` steps is above that over the first in every seed."""
+    reward over the last ``window`` steps is above that over the first in every seed. With ``noise``
+    (:func:`rl_noise`), each agent's count of seeds whose rise exceeds two standard errors is said beside it (the
+    rule itself, stated before the runs were read, does not test against noise)."""
     if change.empty:
         return False, "No RL records."
     short = change[change["steps"] < min_steps]
     flat = change[change["seeds rising"] < change["seeds"]]
     trained = short.empty and flat.empty
+    beyond = ({a: int((g["z"] > 2).sum()) for a, g in noise.groupby("agent", sort=False)} if noise is not None
+              else {})
     parts = "; ".join(f"`{r['agent']}` {r['reward, first steps']:.3f} → {r['reward, last steps']:.3f} "
-                      f"(rising in {r['seeds rising']} of {r['seeds']} seeds)" for _, r in change.iterrows())
+                      f"(rising in {r['seeds rising']} of {r['seeds']} seeds"
+                      + (f", by more than two standard errors of the window means in {beyond[r['agent']]}"
+                         if r["agent"] in beyond else "") + ")" for _, r in change.iterrows())
     head = (f"**RL {'trained' if trained else 'did not train'}** by this rule (every agent at least {min_steps} steps, "
             f"its mean reward over the last {window} steps above that over the first {window} in every seed): mean "
             f"reward, first {window} → last {window} steps, mean over seeds: {parts}")
@@ -602,18 +609,111 @@ def rl_line(change: pd.DataFrame, window: int = RL_WINDOW, min_steps: int = 100)
     return trained, head + ("." if trained else f"; {' and '.join(why)}.")
 
 
-def rl_scope_line(rl: dict, carried) -> str:
+def rl_noise(curves: pd.DataFrame, window: int = RL_WINDOW) -> pd.DataFrame:
+    """Per agent and seed: the last-minus-first window difference of mean reward over its standard error (the two
+    windows' step means taken as independent samples): how far a rise stands above the step-to-step noise."""
+    rows = []
+    for (a, seed), s in curves.groupby(["agent", "seed"], sort=False, dropna=False):
+        s = s.sort_values("step")
+        f, la = s["reward"].head(window), s["reward"].tail(window)
+        se = float(np.sqrt(f.var(ddof=1) / len(f) + la.var(ddof=1) / len(la)))
+        rows.append({"agent": a, "seed": seed, "change": la.mean() - f.mean(), "se": se,
+                     "z": (la.mean() - f.mean()) / se if se > 0 else np.nan})
+    return pd.DataFrame(rows)
+
+
+def rl_validity(curves: pd.DataFrame, window: int = RL_WINDOW) -> pd.DataFrame:
+    """Per agent and seed: the protocol-valid share of RL completions over the last ``window`` steps and the lowest
+    rolling ``window``-step share over training (with its step)."""
+    rows = []
+    for (a, seed), s in curves.groupby(["agent", "seed"], sort=False, dropna=False):
+        s = s.sort_values("step")
+        roll = s["valid"].rolling(window, min_periods=window).mean()
+        low = int(roll.idxmin()) if roll.notna().any() else None
+        rows.append({"agent": a, "seed": seed, "valid, last steps": float(s["valid"].tail(window).mean()),
+                     "lowest rolling share": float(roll.min()) if low is not None else np.nan,
+                     "at step": int(s.loc[low, "step"]) if low is not None else None})
+    return pd.DataFrame(rows)
+
+
+def rl_validity_line(validity: pd.DataFrame, threshold: float, window: int = RL_WINDOW) -> str:
+    """:func:`rl_validity` in words, against the PD validity threshold; the reward (:func:`.judge.pyramid_reward`)
+    scores correctness and the step judge, not the protocol's validity or the action chosen."""
+    from .judge import BASE_WEIGHT, JUDGE_WEIGHT
+
+    parts = []
+    for a, g in validity.groupby("agent", sort=False):
+        worst = g.loc[g["lowest rolling share"].idxmin()]
+        parts.append(f"`{a}` " + " / ".join(f"{v:.2f}" for v in g["valid, last steps"])
+                     + f" (lowest rolling {window}-step share {worst['lowest rolling share']:.2f}"
+                     + (f", seed {worst['seed']}" if len(g) > 1 else "") + f", step {worst['at step']})")
+    below = validity[validity["valid, last steps"] < threshold]
+    seeds = "seeds " + "/".join(str(s) for s in validity.seed.unique()) if validity.seed.nunique() > 1 else "the run"
+    return (f"**Protocol validity over RL.** The reward is {BASE_WEIGHT:g} × correct + {JUDGE_WEIGHT:g} × step judge: "
+            "it does not score whether a turn is a valid protocol action, nor which action (stop or hand-off) it takes. "
+            f"Valid share of RL completions over the last {window} steps ({seeds}): " + "; ".join(parts) + ". "
+            + (f"Below the {100 * threshold:.0f} % that PD had to reach: "
+               + ", ".join(f"`{a}` in {len(g)} of {validity[validity.agent == a].shape[0]}"
+                           for a, g in below.groupby("agent", sort=False)) + "."
+               if not below.empty else f"Every agent stays at or above the {100 * threshold:.0f} % PD reached."))
+
+
+def protocol_by_seed(runs_by_seed: dict, systems=("cl", "cl-pd"), agents=("small", "mid", "big")) -> pd.DataFrame:
+    """Per system and seed, from the trajectories (:func:`handoffs`): each agent's share of turns, whose turn was
+    the last of each question, hand-offs small→mid and mid→big by kind, and violations — every seed's view of what
+    seed 0's topology tables show. ``runs_by_seed``: seed → {system: records}."""
+    rows = []
+    for seed, runs in runs_by_seed.items():
+        for name in systems:
+            if name not in runs:
+                continue
+            h = handoffs(runs[name], agents)
+            row = {"system": name, "seed": seed, "turns": len(h)}
+            row.update({f"{a} share": float((h["from"] == a).mean()) if len(h) else np.nan for a in agents})
+            ends = h[h.kind == "end"]
+            row.update({f"last turn {a}": int((ends["from"] == a).sum()) for a in agents})
+            for f, t in zip(agents, agents[1:]):
+                g = h[(h["from"] == f) & (h["to"] == t)]
+                row[f"{f}→{t} voluntary"] = int((g.kind == "voluntary").sum())
+                row[f"{f}→{t} forced"] = int((g.kind == "forced").sum())
+            row["violations"] = int(h.violation.notna().sum())
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def reach_line(by_seed: pd.DataFrame, system: str = "cl", via: str = "mid", to: str = "big") -> str:
+    """How ``to`` is reached in ``system`` over the seeds of :func:`protocol_by_seed`: by voluntary hand-offs or
+    only by the scheduler's forced ones (after ``via``'s violations)."""
+    g = by_seed[by_seed.system == system]
+    vol, forced = int(g[f"{via}→{to} voluntary"].sum()), int(g[f"{via}→{to} forced"].sum())
+    per = ", ".join(f"{int(r[f'{via}→{to} voluntary'])}/{int(r[f'{via}→{to} forced'])}" for _, r in g.iterrows())
+    head = f"`{via}`→`{to}` hand-offs in `{system}`, voluntary/forced per seed: {per}. "
+    if vol == 0 and forced == 0:
+        return head + f"`{to}` is never reached: in effect the pool is its other agents."
+    if vol == 0:
+        return head + (f"`{to}` is reached only when the scheduler forces a hand-off after `{via}`'s violations, "
+                       f"never by `{via}`'s choice: in effect the trained pool is its other agents.")
+    return head + f"`{to}` is reached by `{via}`'s choice {vol} times over the seeds."
+
+
+def rl_scope_line(rl: dict, carried, qa_states: dict | None = None, qa_test: float | None = None) -> str:
     """What the RL reward is measured on, from the scale's ``rl`` settings, and whether its change carried to the
     test set: ``carried`` is the across-seed verdict of ``cl`` (PD + RL) against ``cl-pd`` (PD only; a
     :class:`.verdicts.Verdict` with ``word`` and ``sentence()``). The stage (:func:`.pipeline.rl_problems`) draws
     ``problems`` agent states from the distillation traces of training questions — scripted drafts, not the pool's
     own turns — and samples ``prompts`` of them per step, so each state is drawn steps × prompts / problems times on
-    average; the train log records no held-out reward."""
+    average; the train log records no held-out reward. The states keep unslipped drafts only, so the draft a
+    checker reads there is always right. ``qa_states``: agent → QA states among its ``problems`` (seed 0's draw,
+    :func:`.pipeline.rl_problems`); ``qa_test``: the QA share of the test questions."""
     draws = rl["steps"] * rl["prompts"] / rl["problems"]
     head = (f"The reward above is measured on the RL stage's own training states: {rl['problems']} per agent, taken "
-            "from the distillation traces of training questions (scripted drafts, not the pool's own turns), each "
-            f"drawn about {draws:.1f} times over {rl['steps']} steps of {rl['prompts']} prompts × {rl['group']} "
-            "completions; no held-out reward is recorded. ")
+            "from the distillation traces of the training questions PD trained on (scripted drafts, not the pool's "
+            "own turns, and unslipped only: the draft a checker reads there is always right, so RL never shows "
+            f"`mid` a wrong draft to catch), each drawn about {draws:.1f} times over {rl['steps']} steps of "
+            f"{rl['prompts']} prompts × {rl['group']} completions; no held-out reward is recorded. "
+            + (f"QA questions are " + ", ".join(f"{n} of `{a}`'s" for a, n in qa_states.items())
+               + f" {rl['problems']} states (seed 0's draw), against {100 * qa_test:.1f} % of the test questions. "
+               if qa_states else ""))
     tail = {"higher": "so the rise in reward carried over to the pool's test questions",
             "lower": "so the rise in reward did **not** carry over: on the pool's test questions RL lowered accuracy",
             "not distinguishable": "so no change from RL is detected on the pool's test questions"}.get(carried.word)

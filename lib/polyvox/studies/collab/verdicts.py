@@ -390,7 +390,7 @@ def best_single(rec: Recorded, fam: SeedFamily | None = None) -> str:
     return max((k for k in A.SOLO[:-1] if k in rec.sc), key=lambda k: rec.sc[k].correct.mean())
 
 
-def finding(rec: Recorded, fam: Family, pw: Power) -> tuple[str, str]:
+def finding(rec: Recorded, fam: Family, pw: Power, recs: dict | None = None) -> tuple[str, str]:
     """Part III's findings row (claim, detail): the study's question and what the verdicts say, with their
     conditions — the size ordering, Holm across the family, the power, the seeds. ``fam``: the McNemar
     :class:`Family` of an unseeded run, or a seeded run's :class:`SeedFamily` (its verdicts across the seeds;
@@ -405,14 +405,30 @@ def finding(rec: Recorded, fam: Family, pw: Power) -> tuple[str, str]:
         says = {"higher": "the pool scores higher", "lower": "the pool scores lower",
                 "not distinguishable": "no difference distinguishable"}[v.word]
         head = f"**{says}** (size ordering holds {rec.checked_on}): `{POOL}` against `{SINGLE}`: {v.sentence()}"
-    seeded = isinstance(fam, SeedFamily)
     best = best_single(rec, fam)
-    need = (f"a {100 * pw.effect:.0f}-point pool-vs-single difference needs {pw.n_alpha} paired test questions at "
+    seeded = isinstance(fam, SeedFamily)
+    unit = f"test questions, each run in {len(fam.seeds)} seeds," if seeded else "paired test questions"
+    need = (f"a {100 * pw.effect:.0f}-point pool-vs-single difference needs {pw.n_alpha} {unit} at "
             f"α = {pw.alpha:g} ({pw.n_holm} at α/m) for {100 * pw.power:.0f} % power; this run has {pw.pilot.n}"
-            + (f", short of the {pw.n_holm} (a null here would not rule out 5 points)"
+            + ((f", short of the {pw.n_holm} (a null here would not rule out 5 points)" if v.word == "not distinguishable"
+                else f", short of the {pw.n_holm} at α/m (it detects {100 * pw.mde_holm:.1f} points there)")
                if pw.n_holm is not None and pw.pilot.n < pw.n_holm else "")
             if pw.reason is None else f"power: {pw.reason}")
+    # a single model at least as accurate (Holm) and no dearer in both cost views dominates the pool
+    tested = [fam.get(POOL, m) for m in A.SOLO if any({v.a, v.b} == {POOL, m} for v in fam.verdicts)]
+    dominated = [w.b for w in tested if w.word == "lower" and w.cost_ratio >= 1 and w.full_cost_ratio >= 1]
     arms = "the pool's agents are fine-tuned (protocol distillation, then RL), the single models are the base models"
+    if dominated:
+        arms += ("; " + ", ".join(f"`{m}`" for m in dominated) + f" alone is more accurate than `{POOL}` (Holm) and "
+                 "no dearer in either cost view")
+    if recs and all(POOL in r.runs for r in recs.values()):  # how the pool ran, every seed (``recs``: every seed's records)
+        by = A.protocol_by_seed({k: r.runs for k, r in recs.items()}, (POOL,))
+        if by["big share"].gt(0).any() and by["mid→big voluntary"].sum() == 0:
+            arms += "; `big` speaks only after the scheduler's forced hand-offs, never by `mid`'s choice"
+        ends = [A.ender_accuracy(r.runs[POOL], r.runs["solo-mid"]) for r in recs.values() if "solo-mid" in r.runs]
+        if ends and all(e["questions"] and e["pool_right"] < e["solo_right"] for e in ends):
+            arms += ("; on the questions `mid` ends, the fine-tuned `mid` is right less often than base `mid` alone in "
+                     "every seed")
     rl = next((v for v in fam.verdicts + fam.refused if {v.a, v.b} == {POOL, "cl-pd"}), None)
     if rl is not None:  # a family without the ablation (a run without cl-pd) says nothing of RL
         rl = fam.get(POOL, "cl-pd")
@@ -444,8 +460,8 @@ def verdicts_of(run_dir: str | Path, models_dir: str | Path):
 
 def finding_of(run_dir: str | Path, models_dir: str | Path) -> tuple[str, str]:
     """Part III's findings row from a run of either layout (:func:`verdicts_of`, :func:`power`, :func:`finding`)."""
-    rec, _, fam = verdicts_of(run_dir, models_dir)
-    return finding(rec, fam, power(fam))
+    rec, recs, fam = verdicts_of(run_dir, models_dir)
+    return finding(rec, fam, power(fam), recs)
 
 
 # --- issue 23, item 4: the verdicts across the seeds of a seeded run ---
