@@ -588,6 +588,9 @@ def test_rl_noise_and_validity_read_windows_and_rolling_shares():
     assert "`small` 0.70 (lowest rolling 10-step share 0.20, step 50)" in said
     assert "Below the 90 % that PD had to reach: `small` in 1 of 1." in said
     assert "Every agent stays" in A.rl_validity_line(A.rl_validity(curves[curves.agent == "mid"]), 0.9)
+    short = pd.DataFrame(_curve(0, "small", [0.5, 0.6, 0.7], [1.0, 0.5, 1.0]))  # fewer steps than a window (smoke)
+    assert A.rl_validity(short).iloc[0].to_dict() == {"agent": "small", "seed": 0, "valid, last steps": pytest.approx(2.5 / 3),
+                                                       "lowest rolling share": pytest.approx(2.5 / 3), "at step": 3}
 
 
 def _t(agent, action, violation=None, forced=None):

@@ -628,11 +628,10 @@ def rl_validity(curves: pd.DataFrame, window: int = RL_WINDOW) -> pd.DataFrame:
     rows = []
     for (a, seed), s in curves.groupby(["agent", "seed"], sort=False, dropna=False):
         s = s.sort_values("step")
-        roll = s["valid"].rolling(window, min_periods=window).mean()
-        low = int(roll.idxmin()) if roll.notna().any() else None
+        roll = s["valid"].rolling(window, min_periods=min(window, len(s))).mean()  # a shorter run: one window
+        low = roll.idxmin()
         rows.append({"agent": a, "seed": seed, "valid, last steps": float(s["valid"].tail(window).mean()),
-                     "lowest rolling share": float(roll.min()) if low is not None else np.nan,
-                     "at step": int(s.loc[low, "step"]) if low is not None else None})
+                     "lowest rolling share": float(roll.min()), "at step": int(s.loc[low, "step"])})
     return pd.DataFrame(rows)
 
 
