@@ -1,7 +1,8 @@
 """Part III's grading rule, table-driven (Math-Verify's test style: one row per answer string): a
 collaboration's answer is graded by its task's grader (integer: the last integer of the body; qa:
 SQuAD-normalised EM and token F1), except that no answer and a malformed answer — one carrying a protocol
-tag (projections.malformed) — are (False, 0.0) before any grader sees them. The rule lives in
+tag (projections.malformed) — are (False, 0.0) before any grader sees them, and so is an integer task's
+unevaluated expression ("5 ÷ 1", projections.unevaluated), which the last-integer rule would read as 1. The rule lives in
 tasks.grade_answer, so the chapter's scores, the RL reward and a direct call agree; the recorded run's
 cl-base recomputes to 4 of 240 = 1.7 %."""
 import json
@@ -13,7 +14,7 @@ from polyvox import runs, tasks
 from polyvox.records import Problem
 from polyvox.studies.collab import analysis as A
 from polyvox.studies.collab.judge import pyramid_reward
-from polyvox.studies.collab.projections import malformed, project
+from polyvox.studies.collab.projections import malformed, project, unevaluated
 from polyvox.studies.collab.tasks import grade_answer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,6 +43,15 @@ CASES = [
     ("world", "18 <action>stop</action>", "18", False, 0.0, True),
     ("world", "< answer >18", "18", False, 0.0, True),
     ("world", "18 </THINK>", "18", False, 0.0, True),
+    # world, unevaluated expressions: the grader alone reads the last integer (the operand) and may credit it
+    ("world", "5 ÷ 1", "1", False, 0.0, True),  # the shipped collab-h200-ordered-v3 cl-base's answer
+    ("world", "5÷1", "1", False, 0.0, True),
+    ("world", "7 - 2", "2", False, 0.0, True),
+    ("world", "7 − 2", "5", False, 0.0, False),
+    ("world", "(2+3) * 4.", "4", False, 0.0, True),
+    ("world", "6 / 3", "3", False, 0.0, True),
+    ("world", "2 + 3 = 5", "5", True, 1.0, True),  # the value after '=' is an answer
+    ("world", "x = -3", "-3", True, 1.0, True),  # a sign is not an operator
     # qa (SQuAD-normalised exact match, token F1)
     ("qa", "North Vale", "North Vale", True, 1.0, True),
     ("qa", "north vale", "North Vale", True, 1.0, True),
@@ -56,6 +66,7 @@ CASES = [
     ("qa", "<answer>North Vale", "North Vale", False, 0.0, False),
     ("qa", "North Vale </think> <answer>North Vale", "North Vale", False, 0.0, False),
     ("qa", "Dunmere <action>stop</action>", "Dunmere", False, 0.0, False),
+    ("qa", "Route 5 - 2", "Route 5 - 2", True, 1.0, True),  # the expression rule is the integer tasks' only
 ]
 
 
@@ -65,7 +76,7 @@ def test_grade_answer(task, answer, gold, correct, f1, raw):
     t = tasks.get("collab_qa" if task == "qa" else "collab_world")
     [alone] = runs.grade_completions(t.grader, [answer], [gold], t.grade_options, bare=True)
     assert alone.correct is raw  # where the rule departs from the grader alone, it is the malformed answer
-    assert (correct != raw) <= malformed(answer)
+    assert (correct != raw) <= (malformed(answer) or (task == "world" and unevaluated(answer)))
 
 
 def _record(answer, gold="1", task="world"):
@@ -96,3 +107,22 @@ def test_the_recorded_cl_base_recomputes_to_1_7_percent():
     credited = [r["id"] for a, r in answers if malformed(a) and runs.grade_completions(
         "integer", [a], [r["gold"]], bare=True)[0].correct]
     assert credited == ["w1-06888cdb4d"]  # the one answer the grader alone credited (5 of 240: 2.1 %)
+
+
+def test_the_shipped_cl_base_loses_only_its_unevaluated_answers():
+    """collab-h200-ordered-v3: the expression rule moves cl-base's 5 ÷ 1 answers (3 per seed) and no other
+    system's final answer."""
+    import gzip
+
+    moved = {}
+    for path in sorted((ROOT / "data/runs/collab-h200-ordered-v3/seed-0/eval").glob("*/trajectories.jsonl.gz")):
+        recs = [json.loads(line) for line in gzip.open(path, "rt")]
+        n = 0
+        for r in recs:
+            a = project(r, A.MAIN_PROJECTION)[0] if r.get("turns") else r.get("final")
+            t = tasks.get("collab_qa" if r["metadata"]["task"] == "qa" else "collab_world")
+            alone = runs.grade_completions(t.grader, [a], [r["gold"]], t.grade_options, bare=True)[0].correct
+            n += alone and not malformed(a) and not grade_answer(a, r["gold"], r["metadata"])[0]
+        if n:
+            moved[path.parent.name] = n
+    assert moved == {"cl-base": 3}

@@ -20,6 +20,11 @@ string as a bare body, grades the last ``<answer>`` block inside it ("1") and cr
 collaboration's grader grades a malformed answer as no answer (:func:`.tasks.grade_answer`, so every
 reader agrees), which moves ``cl-base`` of the recorded run from 5 to 4 correct of 240 (2.1 % → 1.7 %)
 and no other system.
+
+:func:`unevaluated`: an arithmetic answer that ends in an operand (``"5 ÷ 1"``, ``"7 - 2"``) is an expression
+left unevaluated; the ``integer`` grader's last-integer rule would read ``"5 ÷ 1"`` as 1 and credit it where the
+gold is 1. The collaboration's grader grades it as no answer for integer-graded tasks (the shipped
+``collab-h200-ordered-v3``: 3 of ``cl-base``'s 2,497 answers per seed, and no other system's).
 """
 from __future__ import annotations
 
@@ -30,11 +35,18 @@ PROJECTIONS = ("final", "final_or_last", "first", "last", "vote", "study")
 
 
 _TAG = re.compile(r"</?\s*(?:answer|think|action)\s*>", re.I)
+# an operand, an operator, then a number at the end: "5 ÷ 1", "(2+3) * 4."; a leading sign ("-3", "x = -3") is not one
+_UNEVALUATED = re.compile(r"[\d)]\s*[÷×*/+\-−]\s*[-+−]?\d[\d,]*(?:\.\d+)?\s*\.?\s*$")
 
 
 def malformed(answer: str | None) -> bool:
     """True when the answer string holds a protocol tag (it is a remnant of a broken turn, not a body)."""
     return answer is not None and bool(_TAG.search(answer))
+
+
+def unevaluated(answer: str | None) -> bool:
+    """True when an arithmetic answer ends in an operand of an operator: an expression, not its value."""
+    return answer is not None and bool(_UNEVALUATED.search(answer))
 
 
 def _tentatives(t: dict) -> list[str]:

@@ -41,7 +41,7 @@ from ... import tasks
 from ...records import Problem
 from ...tasks import register_task
 from ..world import problems as world
-from .projections import malformed
+from .projections import malformed, unevaluated
 
 FIRST = ["Ada", "Ben", "Cleo", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jun", "Kai", "Lia", "Max", "Nia",
          "Oto", "Pia"]
@@ -272,12 +272,16 @@ def grade_answer(answer: str | None, gold, meta: dict):
     rule lives here so that every path agrees — the chapter's scores (:func:`.analysis.score`), the RL
     reward (:func:`.judge.pyramid_reward`) and any reader of the records: fed as a bare body, the ``integer``
     grader would grade the last ``<answer>`` block inside ``"1 ÷ 11.</think> <answer>1"`` and credit it
-    (the recorded run's ``cl-base``: 5 of 240 credited that way, 4 under this rule)."""
+    (the recorded run's ``cl-base``: 5 of 240 credited that way, 4 under this rule). For the same reason an
+    integer-graded answer that is an unevaluated expression (:func:`.projections.unevaluated`: ``"5 ÷ 1"``, which
+    the last-integer rule reads as 1) is (False, 0.0)."""
     from ... import runs
 
     if malformed(answer):
         return False, 0.0
     task = tasks.get(task_for(meta))
+    if task.grader == "integer" and unevaluated(answer):
+        return False, 0.0
     [g] = runs.grade_completions(task.grader, [answer], [gold], task.grade_options, bare=True)  # None: empty
     if answer is None:
         return False, 0.0
