@@ -471,8 +471,8 @@ class _Said:
 
 
 @pytest.mark.parametrize("word, says", [
-    ("lower", "did **not** carry over: on the pool's test questions RL lowered accuracy"),
-    ("higher", "the rise in reward carried over"),
+    ("lower", "on the pool's test questions RL **lowered** accuracy"),
+    ("higher", "on the pool's test questions RL raised accuracy"),
     ("not distinguishable", "no change from RL is detected"),
     ("refused", "is not tested (refused)"),
 ])
@@ -560,7 +560,7 @@ def test_a_holm_word_whose_seed_interval_includes_zero_is_qualified():
     assert large.word == "lower" and large.hi < 0 and "trained pools only" not in large.sentence()
     # RL trained on its reward (test_rl_curves_read_the_shipped_runs) and lowered test accuracy in every seed
     rl = fam.get("cl", "cl-pd")
-    assert rl.word == "lower" and rl.hi < 0 and "RL lowered accuracy" in A.rl_scope_line(
+    assert rl.word == "lower" and rl.hi < 0 and "RL **lowered** accuracy" in A.rl_scope_line(
         pipeline.load_scale("h200-ordered-v2")["rl"], rl)
 
 
@@ -580,17 +580,20 @@ def test_rl_noise_and_validity_read_windows_and_rolling_shares():
     trained, line = A.rl_line(A.rl_change(curves), noise=A.rl_noise(curves))
     assert "by more than two standard errors of the window means in 1)" in line
     assert "by more than two standard errors of the window means in 0)" in line
+    assert "`mid`'s rise is within two standard errors in every seed" in line and "`small`'s rise" not in line
     val = A.rl_validity(curves).set_index("agent")
     assert val.loc["small", "valid, last steps"] == pytest.approx(0.7)
+    assert val.loc["small", "valid, first steps"] == pytest.approx(0.95)
     assert val.loc["small", "lowest rolling share"] == pytest.approx(0.2) and val.loc["small", "at step"] == 50
-    said = A.rl_validity_line(A.rl_validity(curves), 0.9)
-    assert "does not score whether a turn is a valid protocol action" in said
-    assert "`small` 0.70 (lowest rolling 10-step share 0.20, step 50)" in said
-    assert "Below the 90 % that PD had to reach: `small` in 1 of 1." in said
-    assert "Every agent stays" in A.rl_validity_line(A.rl_validity(curves[curves.agent == "mid"]), 0.9)
+    said = A.rl_validity_line(A.rl_validity(curves), 1.0)
+    assert "does not score whether a turn is a valid protocol action" in said and "temperature 1; PD's check" in said
+    assert "`small` 0.95 → 0.70 (lowest rolling 10-step share 0.20, step 50)" in said
+    assert "Falling by more than 5 points: `small` in 1 of 1 seeds." in said
+    assert "No agent's share falls" in A.rl_validity_line(A.rl_validity(curves[curves.agent == "mid"]), 1.0)
     short = pd.DataFrame(_curve(0, "small", [0.5, 0.6, 0.7], [1.0, 0.5, 1.0]))  # fewer steps than a window (smoke)
-    assert A.rl_validity(short).iloc[0].to_dict() == {"agent": "small", "seed": 0, "valid, last steps": pytest.approx(2.5 / 3),
-                                                       "lowest rolling share": pytest.approx(2.5 / 3), "at step": 3}
+    assert A.rl_validity(short).iloc[0].to_dict() == {
+        "agent": "small", "seed": 0, "valid, first steps": pytest.approx(2.5 / 3), "valid, last steps": pytest.approx(2.5 / 3),
+        "lowest rolling share": pytest.approx(2.5 / 3), "at step": 3}
 
 
 def _t(agent, action, violation=None, forced=None):
@@ -617,6 +620,7 @@ def test_protocol_by_seed_and_reach_line_on_hand_built_records():
 
 def test_rl_scope_line_names_the_states_mix():
     rl = {"steps": 150, "group": 8, "prompts": 4, "problems": 64}
-    line = A.rl_scope_line(rl, _Said("lower"), {"small": 28, "mid": 34, "big": 24}, 30 / 2497)
-    assert "unslipped only" in line and "28 of `small`'s, 34 of `mid`'s, 24 of `big`'s 64 states" in line
-    assert "against 1.2 % of the test questions" in line
+    line = A.rl_scope_line(rl, _Said("lower"), {"small": [28, 30, 28], "mid": [34, 35, 24], "big": 24}, 30 / 2497)
+    assert "a checker's turn after one is kept" in line and "always right" not in line
+    assert "28–30 of `small`'s, 24–35 of `mid`'s, 24 of `big`'s 64 states (over the seeds' draws)" in line
+    assert "against 1.2 % of the test questions" in line and "does not reward the hand-off" in line

@@ -564,8 +564,8 @@ def rl_steps(log: str | Path, seed, agent: str) -> list[dict]:
 def rl_change(curves: pd.DataFrame, window: int = RL_WINDOW) -> pd.DataFrame:
     """Per agent: steps, seeds, the mean reward (and valid share) over the first and the last ``window`` steps
     (means over seeds), the change, and in how many seeds the last window's mean reward is above the first's.
-    A one-step mean is 16 completions, so single first and last steps are noise; windows are the least a curve's
-    direction needs."""
+    A one-step mean is prompts × group completions (16-32), so single first and last steps are noise; windows are the
+    least a curve's direction needs."""
     rows = []
     for a, g in curves.groupby("agent", sort=False):
         per = []
@@ -606,7 +606,10 @@ def rl_line(change: pd.DataFrame, window: int = RL_WINDOW, min_steps: int = 100,
         why.append(f"{', '.join(f'`{a}`' for a in short['agent'])} ran fewer than {min_steps} steps")
     if not flat.empty:
         why.append(f"the reward did not rise in every seed for {', '.join(f'`{a}`' for a in flat['agent'])}")
-    return trained, head + ("." if trained else f"; {' and '.join(why)}.")
+    quiet = [a for a, k in beyond.items() if k == 0]
+    noisy = (f" By the noise check, `{'`, `'.join(quiet)}`'s rise is within two standard errors in every seed: not "
+             "distinguishable from step-to-step noise seed by seed." if quiet else "")
+    return trained, head + ("." if trained else f"; {' and '.join(why)}.") + noisy
 
 
 def rl_noise(curves: pd.DataFrame, window: int = RL_WINDOW) -> pd.DataFrame:
@@ -630,31 +633,37 @@ def rl_validity(curves: pd.DataFrame, window: int = RL_WINDOW) -> pd.DataFrame:
         s = s.sort_values("step")
         roll = s["valid"].rolling(window, min_periods=min(window, len(s))).mean()  # a shorter run: one window
         low = roll.idxmin()
-        rows.append({"agent": a, "seed": seed, "valid, last steps": float(s["valid"].tail(window).mean()),
+        rows.append({"agent": a, "seed": seed, "valid, first steps": float(s["valid"].head(window).mean()),
+                     "valid, last steps": float(s["valid"].tail(window).mean()),
                      "lowest rolling share": float(roll.min()), "at step": int(s.loc[low, "step"])})
     return pd.DataFrame(rows)
 
 
-def rl_validity_line(validity: pd.DataFrame, threshold: float, window: int = RL_WINDOW) -> str:
-    """:func:`rl_validity` in words, against the PD validity threshold; the reward (:func:`.judge.pyramid_reward`)
-    scores correctness and the step judge, not the protocol's validity or the action chosen."""
+def rl_validity_line(validity: pd.DataFrame, temperature: float, window: int = RL_WINDOW, fall: float = 0.05) -> str:
+    """:func:`rl_validity` in words: each agent's valid share over the first and the last ``window`` steps, its lowest
+    rolling share, and the seeds where it fell by more than ``fall``. RL's completions are sampled at
+    ``temperature``, PD's validity check is greedy, so the two shares are not one measure: the comparison is within
+    RL, first steps against last. The reward (:func:`.judge.pyramid_reward`) scores correctness and the step judge,
+    not the protocol's validity or the action chosen."""
     from .judge import BASE_WEIGHT, JUDGE_WEIGHT
 
-    parts = []
+    parts, fell = [], {}
     for a, g in validity.groupby("agent", sort=False):
         worst = g.loc[g["lowest rolling share"].idxmin()]
-        parts.append(f"`{a}` " + " / ".join(f"{v:.2f}" for v in g["valid, last steps"])
+        parts.append(f"`{a}` " + ", ".join(f"{f:.2f} → {la:.2f}" for f, la in zip(g["valid, first steps"], g["valid, last steps"]))
                      + f" (lowest rolling {window}-step share {worst['lowest rolling share']:.2f}"
                      + (f", seed {worst['seed']}" if len(g) > 1 else "") + f", step {worst['at step']})")
-    below = validity[validity["valid, last steps"] < threshold]
+        down = g[g["valid, last steps"] < g["valid, first steps"] - fall]
+        if not down.empty:
+            fell[a] = (len(down), len(g))
     seeds = "seeds " + "/".join(str(s) for s in validity.seed.unique()) if validity.seed.nunique() > 1 else "the run"
     return (f"**Protocol validity over RL.** The reward is {BASE_WEIGHT:g} × correct + {JUDGE_WEIGHT:g} × step judge: "
             "it does not score whether a turn is a valid protocol action, nor which action (stop or hand-off) it takes. "
-            f"Valid share of RL completions over the last {window} steps ({seeds}): " + "; ".join(parts) + ". "
-            + (f"Below the {100 * threshold:.0f} % that PD had to reach: "
-               + ", ".join(f"`{a}` in {len(g)} of {validity[validity.agent == a].shape[0]}"
-                           for a, g in below.groupby("agent", sort=False)) + "."
-               if not below.empty else f"Every agent stays at or above the {100 * threshold:.0f} % PD reached."))
+            f"Valid share of RL completions (sampled at temperature {temperature:g}; PD's check above is greedy, so the "
+            f"two are not one measure), first {window} → last {window} steps ({seeds}): " + "; ".join(parts) + ". "
+            + ("Falling by more than " + f"{100 * fall:.0f} points: "
+               + ", ".join(f"`{a}` in {k} of {n} seeds" for a, (k, n) in fell.items()) + "."
+               if fell else f"No agent's share falls by more than {100 * fall:.0f} points in any seed."))
 
 
 def protocol_by_seed(runs_by_seed: dict, systems=("cl", "cl-pd"), agents=("small", "mid", "big")) -> pd.DataFrame:
@@ -695,27 +704,34 @@ def reach_line(by_seed: pd.DataFrame, system: str = "cl", via: str = "mid", to: 
     return head + f"`{to}` is reached by `{via}`'s choice {vol} times over the seeds."
 
 
+def _span(counts) -> str:
+    """A count, or the range of several ("24–35"; one value when they agree)."""
+    counts = [counts] if isinstance(counts, int) else list(counts)
+    return f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)}–{max(counts)}"
+
+
 def rl_scope_line(rl: dict, carried, qa_states: dict | None = None, qa_test: float | None = None) -> str:
     """What the RL reward is measured on, from the scale's ``rl`` settings, and whether its change carried to the
     test set: ``carried`` is the across-seed verdict of ``cl`` (PD + RL) against ``cl-pd`` (PD only; a
     :class:`.verdicts.Verdict` with ``word`` and ``sentence()``). The stage (:func:`.pipeline.rl_problems`) draws
     ``problems`` agent states from the distillation traces of training questions — scripted drafts, not the pool's
     own turns — and samples ``prompts`` of them per step, so each state is drawn steps × prompts / problems times on
-    average; the train log records no held-out reward. The states keep unslipped drafts only, so the draft a
-    checker reads there is always right. ``qa_states``: agent → QA states among its ``problems`` (seed 0's draw,
-    :func:`.pipeline.rl_problems`); ``qa_test``: the QA share of the test questions."""
+    average; the train log records no held-out reward. ``qa_states``: agent → its QA states among ``problems``, one
+    count per seed's draw (:func:`.pipeline.rl_problems`; an int for one draw); ``qa_test``: the QA share of the
+    test questions."""
     draws = rl["steps"] * rl["prompts"] / rl["problems"]
     head = (f"The reward above is measured on the RL stage's own training states: {rl['problems']} per agent, taken "
-            "from the distillation traces of the training questions PD trained on (scripted drafts, not the pool's "
-            "own turns, and unslipped only: the draft a checker reads there is always right, so RL never shows "
-            f"`mid` a wrong draft to catch), each drawn about {draws:.1f} times over {rl['steps']} steps of "
-            f"{rl['prompts']} prompts × {rl['group']} completions; no held-out reward is recorded. "
-            + (f"QA questions are " + ", ".join(f"{n} of `{a}`'s" for a, n in qa_states.items())
-               + f" {rl['problems']} states (seed 0's draw), against {100 * qa_test:.1f} % of the test questions. "
-               if qa_states else ""))
-    tail = {"higher": "so the rise in reward carried over to the pool's test questions",
-            "lower": "so the rise in reward did **not** carry over: on the pool's test questions RL lowered accuracy",
-            "not distinguishable": "so no change from RL is detected on the pool's test questions"}.get(carried.word)
+            "from the distillation traces of the training questions PD trained on (scripted states, not the pool's "
+            "own turns; `small`'s draft turns with a planted slip are left out, a checker's turn after one is kept), "
+            f"each drawn about {draws:.1f} times over {rl['steps']} steps of {rl['prompts']} prompts × {rl['group']} "
+            "completions; no held-out reward is recorded. The reward does not score the action a turn takes, so it "
+            "does not reward the hand-off a wrong draft calls for. "
+            + (f"QA questions are " + ", ".join(f"{_span(n)} of `{a}`'s" for a, n in qa_states.items())
+               + f" {rl['problems']} states (over the seeds' draws), against {100 * qa_test:.1f} % of the test "
+               "questions. " if qa_states else ""))
+    tail = {"higher": "on the pool's test questions RL raised accuracy",
+            "lower": "on the pool's test questions RL **lowered** accuracy",
+            "not distinguishable": "no change from RL is detected on the pool's test questions"}.get(carried.word)
     if tail is None:
         return head + f"`cl` against `cl-pd` is not tested ({carried.word})."
     return head + f"On the test set, `cl` (PD + RL) against `cl-pd` (PD only): {carried.sentence()}: {tail}."

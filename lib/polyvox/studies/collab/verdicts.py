@@ -433,7 +433,9 @@ def finding(rec: Recorded, fam: Family, pw: Power, recs: dict | None = None) -> 
     if rl is not None:  # a family without the ablation (a run without cl-pd) says nothing of RL
         rl = fam.get(POOL, "cl-pd")
         arms += (f"; RL against protocol distillation alone (`{POOL}` against `cl-pd`): **{rl.word}**"
-                 + (f" ({100 * (rl.acc_a - rl.acc_b):+.1f} points)" if rl.word != "refused" else ""))
+                 + (f" ({100 * (rl.acc_a - rl.acc_b):+.1f} points)" if rl.word != "refused" else "")
+                 + "; RL's reward is measured on scripted trace states and scores neither the protocol's validity nor "
+                 "its actions")
     if seeded:
         k = len(fam.seeds)
         return claim, (f"{head}. Beside it, `{POOL}` against its most accurate single member `{best}`: "
