@@ -528,7 +528,8 @@ def test_the_powered_scale_holds_the_questions_its_pilot_asks_for():
     pw3 = V.power(V.seed_family(V.recorded_seeds(run3, run3 / "models")))
     assert pw3.n_alpha <= pw3.pilot.n == 2497 < pw3.n_holm and 0.05 < pw3.mde_holm < 0.06
     line = V.plan_line("h200-ordered-v2", pw3)
-    assert f"detects {100 * pw3.mde_holm:.1f} points, not 5" in line and "met at α" in line
+    assert f"detects {100 * pw3.mde_holm:.1f} points there, not 5" in line and "met at α" in line
+    assert f"α/m needs {pw3.n_holm} questions and the run has 2497" in line
     assert V.plan_line("h200-ordered", pw3) == "The `h200-ordered` scale's test size was not planned from a pilot."
 
 

@@ -323,8 +323,9 @@ def plan_line(scale: str, pw: Power) -> str:
     return (f"The `{scale}` scale's test size was planned before the run, from `{pilot}` as the pilot (the scale's "
             f"header gives the plan: {100 * pw.effect:.0f} points at {100 * pw.power:.0f} % power at α/m). "
             + ("With this run's own ψ the plan holds." if met else
-               f"This run's own ψ is larger than the pilot's, so at α/m it detects {100 * pw.mde_holm:.1f} points, "
-               f"not {100 * pw.effect:.0f}: short of the plan at Holm's strictest step, met at α."
+               f"With this run's own ψ, α/m needs {pw.n_holm} questions and the run has {pw.pilot.n}: it detects "
+               f"{100 * pw.mde_holm:.1f} points there, not {100 * pw.effect:.0f} (short of the plan at Holm's strictest "
+               "step, met at α)."
                if pw.n_alpha is not None and pw.pilot.n >= pw.n_alpha else
                f"With this run's own ψ it detects {100 * pw.mde_holm:.1f} points at α/m: short of the plan."))
 
